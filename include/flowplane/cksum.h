@@ -1,0 +1,58 @@
+/* cksum.h: the Internet checksum (RFC 1071) and its incremental update (RFC 1624). */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Byte order: RFC 1071 §2(B) shows the one's complement sum is the same in either byte
+ * order once stored, so these functions sum 16-bit words as the CPU loads them and return
+ * the checksum in the same form: store it with memcpy (or compare it with a field read
+ * with memcpy) and it is right on the wire. No htons anywhere.
+ */
+
+/* Add the bytes @buf[0..len) to the 32-bit running sum @sum. @buf is taken to start at
+ * an even offset of the checksummed data (see fp_csum_combine otherwise). */
+uint32_t fp_csum_partial(const void *buf, size_t len, uint32_t sum);
+
+/* Fold a running sum to 16 bits and complement it: the checksum to store. */
+static inline uint16_t fp_csum_fold(uint32_t sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (uint16_t)~sum;
+}
+
+/* Checksum of a whole buffer. Verifying data that contains its checksum yields 0. */
+static inline uint16_t fp_csum(const void *buf, size_t len)
+{
+	return fp_csum_fold(fp_csum_partial(buf, len, 0));
+}
+
+/* Add a partial sum @part of data that begins at byte @offset of the checksummed data
+ * (odd offsets swap bytes, RFC 1071 §2(B)). For chains of segments with odd lengths. */
+uint32_t fp_csum_combine(uint32_t sum, uint32_t part, size_t offset);
+
+/* Running sum of the IPv4 pseudo-header (RFC 793 §3.1, RFC 768). Addresses as they lie in
+ * the packet (network order); @l4_len in host order. */
+uint32_t fp_csum_pseudo_ipv4(uint32_t saddr_be, uint32_t daddr_be, uint8_t proto, uint16_t l4_len);
+
+/* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'): the checksum after a 16-bit field went from
+ * @old to @new, without touching the rest of the packet. All values as stored.
+ * One corner: when every other byte covered is zero, the result is 0x0000 where a full
+ * computation gives 0xffff (one's complement has two zeros, RFC 1624 §3). No IPv4, TCP or
+ * ICMP header is all zeros; UDP sends a computed 0x0000 as 0xffff anyway (RFC 768). */
+static inline uint16_t fp_csum_update16(uint16_t csum, uint16_t old, uint16_t new_)
+{
+	uint32_t s = (uint16_t)~csum + (uint32_t)(uint16_t)~old + new_;
+	return fp_csum_fold(s);
+}
+
+/* The same for a 32-bit field (an address, a sequence number), as stored. */
+static inline uint16_t fp_csum_update32(uint16_t csum, uint32_t old, uint32_t new_)
+{
+	uint32_t s = (uint16_t)~csum;
+	s += (uint16_t)~(old & 0xffff) + (uint32_t)(uint16_t)~(old >> 16);
+	s += (new_ & 0xffff) + (new_ >> 16);
+	return fp_csum_fold(s);
+}

@@ -1,0 +1,79 @@
+"""Every command-line entry point: bad arguments give one line on stderr and exit 2."""
+import pytest
+
+from conftest import run
+
+
+def assert_usage_error(r, *words):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args,word", [
+    ([], None),
+    (["frobnicate"], "unknown command 'frobnicate'"),
+    (["test", "--fuzz-seconds", "soon"], "--fuzz-seconds"),
+    (["test", "--fuzz-seconds"], "--fuzz-seconds"),
+    (["test", "--tier", "everything"], "--tier"),
+    (["test", "--verbose"], "unknown argument '--verbose'"),
+    (["build", "turbo"], "unknown build kind 'turbo'"),
+    (["demo", "--slow"], "unknown argument '--slow'"),
+    (["demo", "--quick", "extra"], "unexpected argument 'extra'"),
+    (["bootstrap", "now"], "bootstrap takes no arguments"),
+])
+def test_flowplane_driver_bad_args(root, args, word):
+    r = run([root / "flowplane", *args])
+    if word is None:  # no command: usage text on stderr, status 2
+        assert r.returncode == 2 and "usage:" in r.stderr
+        return
+    assert_usage_error(r, word)
+
+
+def test_flowplane_help(root):
+    r = run([root / "flowplane", "help"])
+    assert r.returncode == 0
+    for cmd in ("demo", "test", "build", "bench", "qsim", "bootstrap"):
+        assert f"\n  {cmd}" in r.stdout
+
+
+def test_bootstrap_bad_args(root):
+    assert_usage_error(run([root / "scripts" / "bootstrap", "--yes"]), "'--yes'")
+
+
+@pytest.mark.parametrize("args,word", [
+    (["--bogus"], "'--bogus'"),
+    (["--only"], "'--only'"),
+    (["--cpu", "x"], "--cpu"),
+    (["--cpu", "-1"], "--cpu"),
+    (["--cpu", "100000"], "--cpu"),
+    (["stray"], "'stray'"),
+])
+def test_fp_micro_bad_args(build_dir, args, word):
+    assert_usage_error(run([build_dir / "bench" / "fp-micro", *args]), word)
+
+
+def test_fp_micro_offline_cpu(build_dir):
+    # A CPU number in range for the kernel but not present on this machine.
+    assert_usage_error(run([build_dir / "bench" / "fp-micro", "--cpu", "1000"]), "CPU 1000")
+
+
+def test_fp_micro_runs_every_case(build_dir):
+    r = run([build_dir / "bench" / "fp-micro", "--quick"])
+    assert r.returncode == 0, r.stderr
+    cases = [l for l in r.stdout.splitlines() if "ns/op" in l]
+    names = " ".join(cases)
+    for what in ("ring spsc", "ring mpsc", "pool get", "timer add+cancel", "hist record"):
+        assert what in names, r.stdout
+    for line in cases:  # every figure is a positive number
+        fields = line.split()
+        assert float(fields[fields.index("ns/op") - 1]) > 0
+
+
+def test_fp_micro_only_filters(build_dir):
+    r = run([build_dir / "bench" / "fp-micro", "--quick", "--only", "pool get+free"])
+    assert r.returncode == 0
+    cases = [l for l in r.stdout.splitlines() if "ns/op" in l]
+    assert len(cases) == 1 and cases[0].startswith("pool get+free")

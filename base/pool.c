@@ -49,11 +49,30 @@ static int pool_check_params(struct fp_pool_params *p)
 	return 0;
 }
 
-/* Lay every buffer's header over its slice of the region and fill full magazines. */
+/* Add one free buffer to the depot through its single partial magazine, so the depot
+ * holds full magazines and at most one partial one: the magazine count stays bounded
+ * however buffers come back (cache flushes, buffers freed on a foreign core). */
+static void depot_add_one(struct fp_pool *pool, struct fp_mbuf *m)
+{
+	struct fp_mag *p = pool->depot_partial;
+
+	if (!p) {
+		p = pool->depot_partial = depot_pop(&pool->depot_empty);
+		assert(p); /* guaranteed by the count in fp_pool_create */
+	}
+	p->rounds[p->n++] = m;
+	pool->depot_bufs++;
+	if (p->n == pool->mag_size) {
+		depot_push(&pool->depot_full, p);
+		pool->depot_partial = NULL;
+	}
+}
+
+/* Lay every buffer's header over its slice of the region and put it in the depot. */
 static void pool_fill(struct fp_pool *pool, size_t n_mags)
 {
-	size_t full = 0;
-
+	for (size_t i = 0; i < n_mags; i++)
+		depot_push(&pool->depot_empty, mag_nth(pool, i));
 	for (uint32_t i = 0; i < pool->n_bufs; i++) {
 		struct fp_mbuf *m = &pool->mbufs[i];
 		m->buf = pool->data + (size_t)i * pool->buf_size;
@@ -61,13 +80,8 @@ static void pool_fill(struct fp_pool *pool, size_t n_mags)
 		m->pool = pool;
 		m->index = i;
 		m->flags = FP_MBUF_F_FREE;
-		struct fp_mag *mag = mag_nth(pool, i / pool->mag_size);
-		mag->rounds[mag->n++] = m;
+		depot_add_one(pool, m);
 	}
-	full = (pool->n_bufs + pool->mag_size - 1) / pool->mag_size;
-	for (size_t i = 0; i < n_mags; i++)
-		depot_push(i < full ? &pool->depot_full : &pool->depot_empty, mag_nth(pool, i));
-	pool->depot_bufs = pool->n_bufs;
 }
 
 struct fp_pool *fp_pool_create(const struct fp_pool_params *params)
@@ -90,9 +104,9 @@ struct fp_pool *fp_pool_create(const struct fp_pool_params *params)
 	pool->max_caches = p.max_caches;
 	pthread_mutex_init(&pool->lock, NULL);
 
-	/* Enough magazines that a cache needing an empty one always finds it: each cache
-	 * holds two, the depot at most ceil(n/M) non-empty ones, plus one spare. */
-	size_t n_mags = (p.n_bufs + p.mag_size - 1) / p.mag_size + 2u * p.max_caches + 1;
+	/* Enough magazines that the depot always has an empty one when asked: caches hold two
+	 * each, the depot floor(n/M) full ones and one partial, plus spares. */
+	size_t n_mags = (p.n_bufs + p.mag_size - 1) / p.mag_size + 2u * p.max_caches + 2;
 	pool->mag_mem = calloc(n_mags, mag_bytes(p.mag_size));
 	pool->mbufs = aligned_alloc(FP_CACHE_LINE, (size_t)p.n_bufs * sizeof(struct fp_mbuf));
 	if (p.region) {
@@ -149,14 +163,17 @@ out:
 	return ret;
 }
 
+/* Take back a cache's magazine: a full one as it is, a partial one poured out. */
 static void depot_return(struct fp_pool *pool, struct fp_mag *m)
 {
-	if (m->n) {
+	if (m->n == pool->mag_size) {
 		depot_push(&pool->depot_full, m);
 		pool->depot_bufs += m->n;
-	} else {
-		depot_push(&pool->depot_empty, m);
+		return;
 	}
+	while (m->n)
+		depot_add_one(pool, m->rounds[--m->n]);
+	depot_push(&pool->depot_empty, m);
 }
 
 void fp_pool_cache_flush(struct fp_pool_cache *c)
@@ -203,6 +220,8 @@ struct fp_mbuf *__fp_pool_get(struct fp_pool_cache *c)
 	}
 	pthread_mutex_lock(&pool->lock);
 	struct fp_mag *full = depot_pop(&pool->depot_full);
+	if (!full && (full = pool->depot_partial))
+		pool->depot_partial = NULL;
 	if (!full) {
 		pool->exhausted++;
 		pthread_mutex_unlock(&pool->lock);
@@ -223,14 +242,7 @@ static void put_foreign(struct fp_mbuf *m)
 	struct fp_pool *pool = m->pool;
 
 	pthread_mutex_lock(&pool->lock);
-	struct fp_mag *mag = pool->depot_full;
-	if (!mag || mag->n == pool->mag_size) {
-		mag = depot_pop(&pool->depot_empty);
-		assert(mag);
-		depot_push(&pool->depot_full, mag);
-	}
-	mag->rounds[mag->n++] = m;
-	pool->depot_bufs++;
+	depot_add_one(pool, m);
 	pthread_mutex_unlock(&pool->lock);
 }
 

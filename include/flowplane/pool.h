@@ -54,9 +54,10 @@ struct fp_pool {
 	void *mag_mem;
 
 	pthread_mutex_t lock;      /* protects everything below */
-	struct fp_mag *depot_full; /* magazines holding buffers */
+	struct fp_mag *depot_full; /* full magazines */
+	struct fp_mag *depot_partial; /* at most one partly filled magazine, or NULL */
 	struct fp_mag *depot_empty;
-	uint64_t depot_bufs;       /* buffers in depot_full */
+	uint64_t depot_bufs;       /* buffers in the depot */
 	struct fp_pool_cache *caches;
 	uint32_t n_caches, max_caches;
 	uint64_t exhausted;        /* gets that found no buffer */

@@ -1,81 +1,63 @@
-/* ring.h: lock-free pointer rings, single- and multi-producer, single consumer, burst I/O. */
+/* ring.h: lock-free pointer ring, single consumer, single- or multi-producer, burst I/O. */
 #pragma once
 
-#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <flowplane/compiler.h>
 
 /*
- * Indices run free (uint32, wrapping) and are masked on use, so a ring of size S holds
- * S items and full/empty need no spare slot. Each side keeps a cached copy of the other
- * side's index and rereads the shared one only when the cache says full (or empty), so
- * the common case touches no line the other core writes.
+ * One ring type, two ways to produce (DPDK's design): a ring used by one producer takes
+ * fp_ring_sp_enqueue_burst (no atomic read-modify-write); a ring shared by producers takes
+ * fp_ring_mp_enqueue_burst (claim slots with one CAS, publish in claim order). Never mix the
+ * two on one ring. There is always a single consumer.
  *
- * Burst calls move as many items as fit (up to n) and return the count: never wait to
- * fill a batch.
+ * Indices run free (uint32, wrapping) and are masked on use, so a ring of size S holds S
+ * items and full/empty need no spare slot. Each side keeps a cached copy of the other
+ * side's index and rereads the shared one only when the cache says full (or empty), so the
+ * common case touches no line the other core writes.
+ *
+ * Burst calls move as many items as fit (up to n) and return the count: never wait to fill
+ * a batch.
  */
-
-static inline void fp_cpu_relax(void) { __builtin_ia32_pause(); }
-
-/* Single producer, single consumer. */
-struct fp_ring_spsc {
-	/* written by the producer */
-	uint32_t prod fp_aligned_cache;
-	uint32_t prod_cons_seen;       /* producer's cached copy of cons */
-	/* written by the consumer */
-	uint32_t cons fp_aligned_cache;
-	uint32_t cons_prod_seen;       /* consumer's cached copy of prod */
-	/* read-only after init */
-	uint32_t size fp_aligned_cache;
-	uint32_t mask;
-	void *slots[] fp_aligned_cache;
-};
-
-FP_ASSERT_OFFSET(struct fp_ring_spsc, cons, FP_CACHE_LINE);
-FP_ASSERT_OFFSET(struct fp_ring_spsc, size, 2 * FP_CACHE_LINE);
-
-/* Multiple producers, single consumer: producers claim slots with one CAS, then publish
- * in claim order (DPDK's head/tail scheme). */
-struct fp_ring_mpsc {
+struct fp_ring {
 	/* written by producers */
 	uint32_t prod_head fp_aligned_cache; /* next slot to claim */
 	uint32_t prod_tail;                  /* slots before this are published */
+	uint32_t prod_cons_seen;             /* producer's cached cons (single producer) */
 	/* written by the consumer */
 	uint32_t cons fp_aligned_cache;
-	uint32_t cons_prod_seen;
+	uint32_t cons_prod_seen;             /* consumer's cached prod_tail */
 	/* read-only after init */
 	uint32_t size fp_aligned_cache;
 	uint32_t mask;
 	void *slots[] fp_aligned_cache;
 };
 
-FP_ASSERT_OFFSET(struct fp_ring_mpsc, cons, FP_CACHE_LINE);
-FP_ASSERT_OFFSET(struct fp_ring_mpsc, size, 2 * FP_CACHE_LINE);
+FP_ASSERT_OFFSET(struct fp_ring, cons, FP_CACHE_LINE);
+FP_ASSERT_OFFSET(struct fp_ring, size, 2 * FP_CACHE_LINE);
+FP_ASSERT_OFFSET(struct fp_ring, slots, 3 * FP_CACHE_LINE);
 
-/* Bytes needed for a ring of @size slots (a power of two), for placing one in shared memory. */
-size_t fp_ring_spsc_bytes(uint32_t size);
-size_t fp_ring_mpsc_bytes(uint32_t size);
+/* Bytes needed for a ring of @size slots, for placing one in shared memory. */
+size_t fp_ring_bytes(uint32_t size);
 
-/* Initialise a ring in @mem (fp_ring_*_bytes(size), cache aligned). -EINVAL unless size is
+/* Initialise a ring in memory of fp_ring_bytes(size), cache aligned. -EINVAL unless @size is
  * a power of two between 2 and 2^31. */
-int fp_ring_spsc_init(struct fp_ring_spsc *r, uint32_t size);
-int fp_ring_mpsc_init(struct fp_ring_mpsc *r, uint32_t size);
+int fp_ring_init(struct fp_ring *r, uint32_t size);
 
 /* Allocate and initialise; NULL with errno set. Free with free(). */
-struct fp_ring_spsc *fp_ring_spsc_create(uint32_t size);
-struct fp_ring_mpsc *fp_ring_mpsc_create(uint32_t size);
+struct fp_ring *fp_ring_create(uint32_t size);
+
+static inline void fp_cpu_relax(void) { __builtin_ia32_pause(); }
 
 #define FP_LOAD_ACQ(p)     __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define FP_LOAD_RLX(p)     __atomic_load_n((p), __ATOMIC_RELAXED)
 #define FP_STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
-/* Enqueue up to @n pointers; returns how many were enqueued. Producer side only. */
-static inline unsigned fp_ring_spsc_enqueue_burst(struct fp_ring_spsc *r, void *const *objs,
-						  unsigned n)
+/* Enqueue up to @n pointers from the ring's only producer; returns how many. */
+static inline unsigned fp_ring_sp_enqueue_burst(struct fp_ring *r, void *const *objs, unsigned n)
 {
-	uint32_t prod = r->prod;
+	uint32_t prod = r->prod_tail;
 	uint32_t free_slots = r->size - (prod - r->prod_cons_seen);
 
 	if (free_slots < n) {
@@ -86,40 +68,16 @@ static inline unsigned fp_ring_spsc_enqueue_burst(struct fp_ring_spsc *r, void *
 	}
 	for (unsigned i = 0; i < n; i++)
 		r->slots[(prod + i) & r->mask] = objs[i];
-	FP_STORE_REL(&r->prod, prod + n);
+	r->prod_head = prod + n;
+	FP_STORE_REL(&r->prod_tail, prod + n);
 	return n;
-}
-
-/* Dequeue up to @n pointers into @objs; returns how many. Consumer side only. */
-static inline unsigned fp_ring_spsc_dequeue_burst(struct fp_ring_spsc *r, void **objs, unsigned n)
-{
-	uint32_t cons = r->cons;
-	uint32_t avail = r->cons_prod_seen - cons;
-
-	if (avail < n) {
-		r->cons_prod_seen = FP_LOAD_ACQ(&r->prod);
-		avail = r->cons_prod_seen - cons;
-		if (n > avail)
-			n = avail;
-	}
-	for (unsigned i = 0; i < n; i++)
-		objs[i] = r->slots[(cons + i) & r->mask];
-	FP_STORE_REL(&r->cons, cons + n);
-	return n;
-}
-
-/* Items in the ring as seen now (exact only when both sides are quiet). */
-static inline uint32_t fp_ring_spsc_count(const struct fp_ring_spsc *r)
-{
-	return FP_LOAD_ACQ(&r->prod) - FP_LOAD_ACQ(&r->cons);
 }
 
 /* Wait until producers that claimed slots before @head have published theirs. */
-void __fp_ring_mpsc_wait_turn(struct fp_ring_mpsc *r, uint32_t head);
+void __fp_ring_mp_wait_turn(struct fp_ring *r, uint32_t head);
 
-/* Enqueue up to @n pointers from any thread; returns how many. */
-static inline unsigned fp_ring_mpsc_enqueue_burst(struct fp_ring_mpsc *r, void *const *objs,
-						  unsigned n)
+/* Enqueue up to @n pointers from any of several producer threads; returns how many. */
+static inline unsigned fp_ring_mp_enqueue_burst(struct fp_ring *r, void *const *objs, unsigned n)
 {
 	uint32_t head = FP_LOAD_RLX(&r->prod_head), next;
 
@@ -135,13 +93,13 @@ static inline unsigned fp_ring_mpsc_enqueue_burst(struct fp_ring_mpsc *r, void *
 	for (unsigned i = 0; i < n; i++)
 		r->slots[(head + i) & r->mask] = objs[i];
 	if (fp_unlikely(FP_LOAD_RLX(&r->prod_tail) != head))
-		__fp_ring_mpsc_wait_turn(r, head);
+		__fp_ring_mp_wait_turn(r, head);
 	FP_STORE_REL(&r->prod_tail, next);
 	return n;
 }
 
-/* Dequeue up to @n pointers; returns how many. Consumer side only. */
-static inline unsigned fp_ring_mpsc_dequeue_burst(struct fp_ring_mpsc *r, void **objs, unsigned n)
+/* Dequeue up to @n pointers into @objs; returns how many. Consumer side only. */
+static inline unsigned fp_ring_dequeue_burst(struct fp_ring *r, void **objs, unsigned n)
 {
 	uint32_t cons = r->cons;
 	uint32_t avail = r->cons_prod_seen - cons;
@@ -158,7 +116,8 @@ static inline unsigned fp_ring_mpsc_dequeue_burst(struct fp_ring_mpsc *r, void *
 	return n;
 }
 
-static inline uint32_t fp_ring_mpsc_count(const struct fp_ring_mpsc *r)
+/* Items in the ring as seen now (exact only when both sides are quiet). */
+static inline uint32_t fp_ring_count(const struct fp_ring *r)
 {
 	return FP_LOAD_ACQ(&r->prod_tail) - FP_LOAD_ACQ(&r->cons);
 }

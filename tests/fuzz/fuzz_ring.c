@@ -20,8 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	uint32_t cap = 2u << (data[0] % 6); /* 2..64 */
-	struct fp_ring_spsc *s = fp_ring_spsc_create(cap);
-	struct fp_ring_mpsc *m = fp_ring_mpsc_create(cap);
+	struct fp_ring *s = fp_ring_create(cap); /* fed by the single-producer call */
+	struct fp_ring *m = fp_ring_create(cap); /* fed by the multi-producer call */
 	struct model mod = { .cap = cap };
 	uintptr_t next = 1;
 
@@ -33,16 +33,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			for (unsigned j = 0; j < k; j++)
 				in[j] = (void *)(next + j);
 			unsigned want = k < cap - mod.n ? k : cap - mod.n;
-			CHECK(fp_ring_spsc_enqueue_burst(s, in, k) == want);
-			CHECK(fp_ring_mpsc_enqueue_burst(m, in, k) == want);
+			CHECK(fp_ring_sp_enqueue_burst(s, in, k) == want);
+			CHECK(fp_ring_mp_enqueue_burst(m, in, k) == want);
 			for (unsigned j = 0; j < want; j++)
 				mod.q[(mod.head + mod.n + j) % MAXQ] = next + j;
 			mod.n += want;
 			next += want;
 		} else { /* dequeue k */
 			unsigned want = k < mod.n ? k : mod.n;
-			CHECK(fp_ring_spsc_dequeue_burst(s, o1, k) == want);
-			CHECK(fp_ring_mpsc_dequeue_burst(m, o2, k) == want);
+			CHECK(fp_ring_dequeue_burst(s, o1, k) == want);
+			CHECK(fp_ring_dequeue_burst(m, o2, k) == want);
 			for (unsigned j = 0; j < want; j++) {
 				CHECK((uintptr_t)o1[j] == mod.q[mod.head]);
 				CHECK((uintptr_t)o2[j] == mod.q[mod.head]);
@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			mod.n -= want;
 		}
-		CHECK(fp_ring_spsc_count(s) == mod.n && fp_ring_mpsc_count(m) == mod.n);
+		CHECK(fp_ring_count(s) == mod.n && fp_ring_count(m) == mod.n);
 	}
 	free(s);
 	free(m);

@@ -1,4 +1,4 @@
-/* test_ring.c: SPSC and MPSC rings: bursts, full/empty, index wrap, and threads. */
+/* test_ring.c: rings with one or several producers: bursts, full/empty, index wrap, threads. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -11,36 +11,40 @@
 static void spsc_burst_semantics(void **state)
 {
 	(void)state;
-	struct fp_ring_spsc *r = fp_ring_spsc_create(8);
+	struct fp_ring *r = fp_ring_create(8);
 	void *in[10], *out[10];
 
 	assert_non_null(r);
 	for (int i = 0; i < 10; i++)
 		in[i] = TAG(i + 1);
-	assert_int_equal(fp_ring_spsc_dequeue_burst(r, out, 4), 0);
-	assert_int_equal(fp_ring_spsc_enqueue_burst(r, in, 5), 5);
-	assert_int_equal(fp_ring_spsc_enqueue_burst(r, in + 5, 5), 3); /* only 3 free */
-	assert_int_equal(fp_ring_spsc_count(r), 8);
-	assert_int_equal(fp_ring_spsc_enqueue_burst(r, in, 1), 0);
-	assert_int_equal(fp_ring_spsc_dequeue_burst(r, out, 10), 8);
+	assert_int_equal(fp_ring_dequeue_burst(r, out, 4), 0);
+	assert_int_equal(fp_ring_sp_enqueue_burst(r, in, 5), 5);
+	assert_int_equal(fp_ring_sp_enqueue_burst(r, in + 5, 5), 3); /* only 3 free */
+	assert_int_equal(fp_ring_count(r), 8);
+	assert_int_equal(fp_ring_sp_enqueue_burst(r, in, 1), 0);
+	assert_int_equal(fp_ring_dequeue_burst(r, out, 10), 8);
 	for (int i = 0; i < 8; i++)
 		assert_ptr_equal(out[i], in[i]);
-	assert_int_equal(fp_ring_spsc_count(r), 0);
+	assert_int_equal(fp_ring_count(r), 0);
 	free(r);
 }
 
-/* Free-running indices must survive wrapping past 2^32. */
-static void spsc_index_wrap(void **state)
+/* Free-running indices must survive wrapping past 2^32, with either producer kind. */
+static void index_wrap(void **state)
 {
 	(void)state;
-	struct fp_ring_spsc *r = fp_ring_spsc_create(4);
+	struct fp_ring *r = fp_ring_create(4);
 	void *out[4];
 
-	r->prod = r->cons = r->prod_cons_seen = r->cons_prod_seen = UINT32_MAX - 5;
+	r->prod_head = r->prod_tail = r->prod_cons_seen = UINT32_MAX - 5;
+	r->cons = r->cons_prod_seen = UINT32_MAX - 5;
 	for (uintptr_t i = 0; i < 40; i += 3) {
 		void *in[3] = { TAG(i), TAG(i + 1), TAG(i + 2) };
-		assert_int_equal(fp_ring_spsc_enqueue_burst(r, in, 3), 3);
-		assert_int_equal(fp_ring_spsc_dequeue_burst(r, out, 4), 3);
+		if (i < 20)
+			assert_int_equal(fp_ring_sp_enqueue_burst(r, in, 3), 3);
+		else
+			assert_int_equal(fp_ring_mp_enqueue_burst(r, in, 3), 3);
+		assert_int_equal(fp_ring_dequeue_burst(r, out, 4), 3);
 		for (int k = 0; k < 3; k++)
 			assert_ptr_equal(out[k], in[k]);
 	}
@@ -50,11 +54,11 @@ static void spsc_index_wrap(void **state)
 static void bad_sizes(void **state)
 {
 	(void)state;
-	assert_null(fp_ring_spsc_create(0));
-	assert_null(fp_ring_spsc_create(1));
-	assert_null(fp_ring_spsc_create(12));
-	assert_null(fp_ring_mpsc_create(100));
-	struct fp_ring_mpsc *r = fp_ring_mpsc_create(2);
+	assert_null(fp_ring_create(0));
+	assert_null(fp_ring_create(1));
+	assert_null(fp_ring_create(12));
+	assert_null(fp_ring_create(100));
+	struct fp_ring *r = fp_ring_create(2);
 	assert_non_null(r);
 	free(r);
 }
@@ -62,15 +66,15 @@ static void bad_sizes(void **state)
 static void mpsc_burst_semantics(void **state)
 {
 	(void)state;
-	struct fp_ring_mpsc *r = fp_ring_mpsc_create(4);
+	struct fp_ring *r = fp_ring_create(4);
 	void *in[6] = { TAG(1), TAG(2), TAG(3), TAG(4), TAG(5), TAG(6) }, *out[6];
 
-	assert_int_equal(fp_ring_mpsc_enqueue_burst(r, in, 6), 4);
-	assert_int_equal(fp_ring_mpsc_enqueue_burst(r, in, 1), 0);
-	assert_int_equal(fp_ring_mpsc_dequeue_burst(r, out, 2), 2);
-	assert_int_equal(fp_ring_mpsc_enqueue_burst(r, in + 4, 2), 2);
-	assert_int_equal(fp_ring_mpsc_count(r), 4);
-	assert_int_equal(fp_ring_mpsc_dequeue_burst(r, out + 2, 6), 4);
+	assert_int_equal(fp_ring_mp_enqueue_burst(r, in, 6), 4);
+	assert_int_equal(fp_ring_mp_enqueue_burst(r, in, 1), 0);
+	assert_int_equal(fp_ring_dequeue_burst(r, out, 2), 2);
+	assert_int_equal(fp_ring_mp_enqueue_burst(r, in + 4, 2), 2);
+	assert_int_equal(fp_ring_count(r), 4);
+	assert_int_equal(fp_ring_dequeue_burst(r, out + 2, 6), 4);
 	const uintptr_t want[] = { 1, 2, 3, 4, 5, 6 };
 	for (int i = 0; i < 6; i++)
 		assert_ptr_equal(out[i], TAG(want[i]));
@@ -81,7 +85,7 @@ static void mpsc_burst_semantics(void **state)
 
 static void *spsc_producer(void *p)
 {
-	struct fp_ring_spsc *r = p;
+	struct fp_ring *r = p;
 	uint64_t seed = fp_test_seed();
 	uintptr_t next = 1;
 
@@ -90,7 +94,7 @@ static void *spsc_producer(void *p)
 		unsigned want = 1 + (unsigned)fp_test_below(&seed, 32), n;
 		for (n = 0; n < want && next + n <= N_ITEMS; n++)
 			batch[n] = TAG(next + n);
-		unsigned done = fp_ring_spsc_enqueue_burst(r, batch, n);
+		unsigned done = fp_ring_sp_enqueue_burst(r, batch, n);
 		next += done;
 		if (!done)
 			fp_cpu_relax();
@@ -102,21 +106,21 @@ static void *spsc_producer(void *p)
 static void spsc_threads(void **state)
 {
 	(void)state;
-	struct fp_ring_spsc *r = fp_ring_spsc_create(64);
+	struct fp_ring *r = fp_ring_create(64);
 	pthread_t th;
 	uintptr_t expect = 1;
 
 	assert_int_equal(pthread_create(&th, NULL, spsc_producer, r), 0);
 	while (expect <= N_ITEMS) {
 		void *out[17];
-		unsigned n = fp_ring_spsc_dequeue_burst(r, out, 17);
+		unsigned n = fp_ring_dequeue_burst(r, out, 17);
 		for (unsigned i = 0; i < n; i++)
 			assert_ptr_equal(out[i], TAG(expect++));
 		if (!n)
 			fp_cpu_relax();
 	}
 	pthread_join(th, NULL);
-	assert_int_equal(fp_ring_spsc_count(r), 0);
+	assert_int_equal(fp_ring_count(r), 0);
 	free(r);
 }
 
@@ -124,7 +128,7 @@ static void spsc_threads(void **state)
 #define MP_ITEMS     150000u
 
 struct mp_arg {
-	struct fp_ring_mpsc *r;
+	struct fp_ring *r;
 	uintptr_t id;
 };
 
@@ -139,7 +143,7 @@ static void *mpsc_producer(void *p)
 		unsigned want = 1 + (unsigned)fp_test_below(&seed, 8), n;
 		for (n = 0; n < want && next + n < MP_ITEMS; n++)
 			batch[n] = TAG((a->id << 32) | (next + n + 1));
-		unsigned done = fp_ring_mpsc_enqueue_burst(a->r, batch, n);
+		unsigned done = fp_ring_mp_enqueue_burst(a->r, batch, n);
 		next += done;
 		if (!done)
 			fp_cpu_relax();
@@ -151,7 +155,7 @@ static void *mpsc_producer(void *p)
 static void mpsc_threads(void **state)
 {
 	(void)state;
-	struct fp_ring_mpsc *r = fp_ring_mpsc_create(128);
+	struct fp_ring *r = fp_ring_create(128);
 	struct mp_arg args[MP_PRODUCERS];
 	pthread_t th[MP_PRODUCERS];
 	uint64_t last[MP_PRODUCERS] = { 0 }, total = 0;
@@ -162,7 +166,7 @@ static void mpsc_threads(void **state)
 	}
 	while (total < (uint64_t)MP_PRODUCERS * MP_ITEMS) {
 		void *out[32];
-		unsigned n = fp_ring_mpsc_dequeue_burst(r, out, 32);
+		unsigned n = fp_ring_dequeue_burst(r, out, 32);
 		for (unsigned i = 0; i < n; i++) {
 			uintptr_t v = (uintptr_t)out[i];
 			uintptr_t id = v >> 32, seq = v & 0xffffffffu;
@@ -176,7 +180,7 @@ static void mpsc_threads(void **state)
 	}
 	for (int i = 0; i < MP_PRODUCERS; i++)
 		pthread_join(th[i], NULL);
-	assert_int_equal(fp_ring_mpsc_count(r), 0);
+	assert_int_equal(fp_ring_count(r), 0);
 	free(r);
 }
 
@@ -184,7 +188,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(spsc_burst_semantics),
-		cmocka_unit_test(spsc_index_wrap),
+		cmocka_unit_test(index_wrap),
 		cmocka_unit_test(bad_sizes),
 		cmocka_unit_test(mpsc_burst_semantics),
 		cmocka_unit_test(spsc_threads),

@@ -47,7 +47,7 @@ static void sample_pair(uint64_t *tsc, uint64_t *ns)
 
 int fp_tsc_calibrate(unsigned window_us)
 {
-	uint64_t tsc_a, ns_a, tsc_b, ns_b;
+	uint64_t tsc_a = 0, ns_a = 0, tsc_b = 0, ns_b = 0;
 
 	if (window_us == 0)
 		window_us = 20000;

@@ -19,7 +19,7 @@ static size_t mag_bytes(uint32_t mag_size)
 
 static struct fp_mag *mag_nth(struct fp_pool *pool, size_t i)
 {
-	return (struct fp_mag *)((uint8_t *)pool->mag_mem + i * mag_bytes(pool->mag_size));
+	return (struct fp_mag *)(void *)((uint8_t *)pool->mag_mem + i * mag_bytes(pool->mag_size));
 }
 
 static void depot_push(struct fp_mag **list, struct fp_mag *m)

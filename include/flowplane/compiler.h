@@ -20,6 +20,6 @@
 #define FP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #define fp_container_of(ptr, type, member) \
-	((type *)((char *)(ptr) - offsetof(type, member)))
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 static inline int fp_is_pow2(unsigned long x) { return x && !(x & (x - 1)); }

@@ -43,9 +43,11 @@ static inline unsigned fp_hist_index(uint64_t v)
 /* Reset @h to empty. */
 void fp_hist_init(struct fp_hist *h);
 
-/* Record @n occurrences of @v. */
+/* Record @n occurrences of @v (none when n is 0: min and max must not move). */
 static inline void fp_hist_record_n(struct fp_hist *h, uint64_t v, uint64_t n)
 {
+	if (n == 0)
+		return;
 	h->buckets[fp_hist_index(v)] += n;
 	if (v < h->min)
 		h->min = v;

@@ -53,7 +53,7 @@ double bench_case(const struct bench_opts *o, const char *name, bench_fn fn, voi
 	}
 	qsort(samples, (size_t)reps, sizeof(samples[0]), cmp_double);
 	double med = samples[reps / 2];
-	printf("%-44s %10.2f ns/op   (min %.2f, max %.2f, %d runs of %llu ops)\n", name, med,
+	printf("%-50s %8.2f ns/op   (min %.2f, max %.2f, %d runs of %llu ops)\n", name, med,
 	       samples[0], samples[reps - 1], reps, (unsigned long long)n_ops);
 	fflush(stdout);
 	return med;

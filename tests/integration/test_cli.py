@@ -77,3 +77,19 @@ def test_fp_micro_only_filters(build_dir):
     assert r.returncode == 0
     cases = [l for l in r.stdout.splitlines() if "ns/op" in l]
     assert len(cases) == 1 and cases[0].startswith("pool get+free")
+
+
+def test_demo_quick_writes_its_results(root, tmp_path):
+    r = run([root / "flowplane", "demo", "--quick"], timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = root / "results" / "demo"
+    micro = (out / "micro.txt").read_text()
+    assert "pool get+free" in micro and "timer add+cancel" in micro
+    table = (out / "qsim-maxload.md").read_text()
+    rows = [l for l in table.splitlines() if l.startswith("| 16 |")]
+    assert {r.split("|")[2].strip() for r in rows} == {"fcfs", "part", "steal"}
+    for row in rows:  # each cell a load in (0, 1]
+        for cell in row.strip("|").split("|")[2:]:
+            assert 0 < float(cell) <= 1
+    png = (out / "qsim-maxload.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 # figures.py: regenerate qsim's recorded figures (max-load table, Shenango Fig. 1, thesis Fig. 3.2).
-"""Regenerate the figures of docs/results-qsim.md from the qsim binary.
+"""Regenerate the figures of docs/results.md from the qsim binary.
 
-    python3 tools/qsim/figures.py maxload  --json docs/img/qsim-maxload.json \\
+    .venv/bin/python tools/qsim/figures.py maxload  --json docs/img/qsim-maxload.json \\
         --png docs/img/qsim-maxload.png > maxload.md
-    python3 tools/qsim/figures.py shenango --json docs/img/qsim-shenango-fig1.json \\
+    .venv/bin/python tools/qsim/figures.py shenango --json docs/img/qsim-shenango-fig1.json \\
         --png docs/img/qsim-shenango-fig1.png > shenango.md
-    python3 tools/qsim/figures.py latency  --png docs/img/qsim-thesis-fig3-2.png
+    .venv/bin/python tools/qsim/figures.py latency  --png docs/img/qsim-thesis-fig3-2.png
 
 Each prints a markdown table on stdout and one progress line per finished qsim run on
 stderr. Runs go in parallel (--jobs, default: the number of CPUs).

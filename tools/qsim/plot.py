@@ -4,7 +4,7 @@
 
     qsim -n 16 --sweep 0.05:0.95:0.05 --format json -o fcfs.json
     qsim -n 16 --disc part --sweep 0.05:0.95:0.05 --format json -o part.json
-    python3 tools/qsim/plot.py fcfs.json part.json -o p99.png --y p99 --log
+    .venv/bin/python tools/qsim/plot.py fcfs.json part.json -o p99.png --y p99 --log
 """
 
 import argparse

@@ -36,7 +36,7 @@ static void calibrated_tracks_kernel(void **state)
 	assert_true(rc == 0 || rc == -ENODEV);
 	assert_true(fp_tsc.hz > 100000000ull); /* any x86 of this century: > 100 MHz */
 
-	uint64_t k0, t0, k1, t1;
+	uint64_t k0 = 0, t0 = 0, k1 = 0, t1 = 0;
 	read_both(&k0, &t0);
 	struct timespec d = { 0, 100 * 1000 * 1000 };
 	nanosleep(&d, NULL);

@@ -30,7 +30,7 @@
  *
  * Output: a protocol builds its header and payload in an mbuf from net_alloc() (which
  * leaves FP_NET_HEADROOM bytes in front for lower headers) and calls
- * net_ipv4_output(), which prepends IPv4 and Ethernet and queues the frame (or parks it on
+ * ipv4_output(), which prepends IPv4 and Ethernet and queues the frame (or parks it on
  * ARP). Frames wait in st->tx until the driver calls fp_stack_tx().
  */
 
@@ -77,6 +77,25 @@ struct fp_stack {
 
 	struct fp_net_stats stats;
 };
+
+/* m->user bits on a received frame, set by stack.c. A link-layer broadcast gets no ICMP
+ * error (RFC 1122 §3.2.2), and the Ethernet header is gone by the time one is built. */
+#define NET_MBUF_L2_BCAST 0x0001u
+
+/* ARP policy (arp.c): table entries, and requests sent one retry interval apart before the
+ * frames waiting on an unresolved next hop are dropped (RFC 1122 §2.3.2.1 rate limit). */
+#define NET_ARP_TABLE_SIZE 256
+#define NET_ARP_RETRY_US   (1000u * 1000)
+#define NET_ARP_TRIES      3
+
+/* ICMP error token bucket (icmp.c): refilled at cfg.icmp_per_sec, holding at most
+ * NET_ICMP_BURST_MS worth of tokens (at least one), like Linux's icmp_msgs_burst. */
+#define NET_ICMP_BURST_MS 50
+static inline uint32_t net_icmp_burst(uint32_t per_sec)
+{
+	uint32_t b = (uint32_t)((uint64_t)per_sec * NET_ICMP_BURST_MS / 1000);
+	return b ? b : 1;
+}
 
 #define NET_STAT_INC(st, name) ((st)->stats.name++)
 #define NET_STAT_ADD(st, name, v) ((st)->stats.name += (v))

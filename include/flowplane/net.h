@@ -84,7 +84,8 @@ struct fp_stack_config {
 
 #define FP_NET_DELACK_OFF UINT32_MAX
 
-/* Create a stack at time @now_us; it sends a gratuitous ARP on the first fp_stack_tx().
+/* Create a stack at time @now_us; a gratuitous ARP (RFC 5227 §3 announcement) is queued
+ * at creation, the first frame fp_stack_tx() returns.
  * NULL with errno set (EINVAL for a bad config, ENOMEM). */
 struct fp_stack *fp_stack_create(const struct fp_stack_config *cfg, uint64_t now_us);
 
@@ -226,7 +227,7 @@ void fp_tcp_info(const struct fp_tcp_conn *c, struct fp_tcp_info *out);
 /* ---- statistics ---- */
 
 /* Every counter the stack keeps, one per drop reason and per notable event. Per stack
- * (per core), plain increments; see net/stats.c for the names. */
+ * (per core), plain increments; see net/stack.c for the names. */
 #define FP_NET_STATS(X) \
 	X(rx_frames) X(tx_frames) X(rx_bytes) X(tx_bytes) \
 	X(eth_short) X(eth_not_for_us) X(eth_vlan_drop) X(eth_unknown_type) \

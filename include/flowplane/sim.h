@@ -41,15 +41,18 @@ struct fp_sim_params {
 
 /* The application on a port: called after every batch of input or timers at @now_us, to
  * drain events and make calls; it returns the next time it wants to be called without a
- * new event (UINT64_MAX: only on events). */
+ * new event (UINT64_MAX: only on events). Every application is also called once at the
+ * start of each fp_sim_run(), so a caller can change what one does between runs. */
 typedef uint64_t (*fp_sim_app_fn)(struct fp_stack *st, void *arg, uint64_t now_us);
 
 struct fp_sim *fp_sim_create(const struct fp_sim_params *p, uint64_t start_us);
-/* Frees the wire and frames in flight; not the stacks. */
+/* Frees the wire and frames in flight (through their senders' caches, so destroy the wire
+ * before the stacks' pools); not the stacks. */
 void fp_sim_destroy(struct fp_sim *sim);
 
 /* Attach @st (whose frames come from/return to @cache) with its application. Returns the
- * port number, or -ENOSPC (at most 16 ports). */
+ * port number, or -ENOSPC (at most 16 ports). The port's MAC is learnt from the source
+ * address of the frames its stack sends (the gratuitous ARP queued at creation is first). */
 int fp_sim_attach(struct fp_sim *sim, struct fp_stack *st, struct fp_pool_cache *cache,
 		  fp_sim_app_fn app, void *arg);
 

@@ -241,7 +241,9 @@ struct fp_tcp {
 int fp_tcp_parse(const uint8_t *buf, size_t len, uint32_t src, uint32_t dst, bool verify_csum,
 		 struct fp_tcp *out);
 
-/* Option bytes fp_tcp_emit() writes for @o, padded to a multiple of 4 (at most 40). */
+/* Option bytes fp_tcp_emit() would write for @o, padded to a multiple of 4. This can exceed
+ * 40 (timestamps plus 3 or more SACK blocks): the caller must drop SACK blocks until it
+ * fits (Linux sends at most 3 with timestamps), else fp_tcp_emit() returns 0. */
 size_t fp_tcp_opts_len(const struct fp_tcp_opts *o);
 
 /*

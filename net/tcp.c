@@ -1,23 +1,777 @@
-/* tcp.c: placeholder until TCP lands: drops every segment so the rest of the stack links. */
-#include "defs.h"
+/* tcp.c: TCP's connection table, control block life cycle, the fp_tcp_* calls and the test builder. */
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tcp.h"
+
+/* ---- the 4-tuple table ---- */
+
+/* A multiplicative mix of the 4-tuple salted with the secret: cheap per packet, and the
+ * salt keeps an attacker from aiming many tuples at one bucket without knowing it. */
+static uint32_t tuple_bucket(const struct tcp_stack *ts, uint32_t laddr, uint16_t lport,
+			     uint32_t raddr, uint16_t rport)
+{
+	uint64_t x = ((uint64_t)raddr << 32 | (uint32_t)rport << 16 | lport) ^ ts->sip_key[0];
+
+	x ^= (uint64_t)laddr * 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 29;
+	return (uint32_t)x & ts->hmask;
+}
+
+/* Double the bucket array once there are more conns than buckets (load factor <= 1),
+ * up to cfg.max_conns buckets. On failure the table just stays denser. */
+static void hash_grow(struct fp_stack *st)
+{
+	struct tcp_stack *ts = st->tcp;
+	uint32_t n = (ts->hmask + 1) * 2;
+	struct fp_tcp_conn **nt;
+
+	if ((uint64_t)n > (uint64_t)st->cfg.max_conns * 2 || !(nt = calloc(n, sizeof(*nt))))
+		return;
+	struct fp_tcp_conn **old = ts->htab;
+	uint32_t old_n = ts->hmask + 1;
+	ts->htab = nt;
+	ts->hmask = n - 1;
+	for (uint32_t i = 0; i < old_n; i++) {
+		struct fp_tcp_conn *c = old[i], *next;
+		for (; c; c = next) {
+			next = c->hnext;
+			uint32_t b = tuple_bucket(ts, c->laddr, c->lport, c->raddr, c->rport);
+			c->hnext = nt[b];
+			nt[b] = c;
+		}
+	}
+	free(old);
+}
+
+void tcp_hash_insert(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	struct tcp_stack *ts = st->tcp;
+
+	if (ts->n_hashed >= ts->hmask + 1)
+		hash_grow(st);
+	uint32_t b = tuple_bucket(ts, c->laddr, c->lport, c->raddr, c->rport);
+	c->hnext = ts->htab[b];
+	ts->htab[b] = c;
+	c->flags |= TCP_CF_HASHED;
+	ts->n_hashed++;
+}
+
+void tcp_hash_remove(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	struct tcp_stack *ts = st->tcp;
+
+	if (!(c->flags & TCP_CF_HASHED))
+		return;
+	struct fp_tcp_conn **pp = &ts->htab[tuple_bucket(ts, c->laddr, c->lport, c->raddr,
+							 c->rport)];
+	while (*pp && *pp != c)
+		pp = &(*pp)->hnext;
+	if (*pp)
+		*pp = c->hnext;
+	c->hnext = NULL;
+	c->flags &= ~TCP_CF_HASHED;
+	ts->n_hashed--;
+}
+
+struct fp_tcp_conn *tcp_lookup(struct fp_stack *st, uint32_t laddr, uint16_t lport,
+			       uint32_t raddr, uint16_t rport)
+{
+	struct tcp_stack *ts = st->tcp;
+	struct fp_tcp_conn *c = ts->htab[tuple_bucket(ts, laddr, lport, raddr, rport)];
+
+	for (; c; c = c->hnext)
+		if (c->raddr == raddr && c->rport == rport && c->lport == lport &&
+		    c->laddr == laddr)
+			return c;
+	return NULL;
+}
+
+struct fp_tcp_conn *tcp_listener(struct fp_stack *st, uint16_t lport)
+{
+	struct fp_tcp_conn *c = st->tcp->listen[lport % TCP_LISTEN_BUCKETS];
+
+	while (c && c->lport != lport)
+		c = c->hnext;
+	return c;
+}
+
+/* ---- control block life cycle ---- */
+
+struct fp_tcp_conn *tcp_conn_alloc(struct fp_stack *st, bool limited)
+{
+	struct tcp_stack *ts = st->tcp;
+	struct fp_tcp_conn *c;
+
+	if (limited && ts->n_limited >= st->cfg.max_conns) {
+		NET_STAT_INC(st, tcp_conn_limit);
+		return NULL;
+	}
+	if (!(c = calloc(1, sizeof(*c))))
+		return NULL;
+	c->st = st;
+	fp_timer_init(&c->timer, tcp_timer_fire);
+	c->all_next = ts->all;
+	if (ts->all)
+		ts->all->all_pprev = &c->all_next;
+	ts->all = c;
+	c->all_pprev = &ts->all;
+	ts->n_conns++;
+	if (limited) {
+		ts->n_limited++;
+		c->flags |= TCP_CF_LIMITED;
+	}
+	return c;
+}
+
+void tcp_conn_defaults(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	c->laddr = st->cfg.ipv4;
+	c->mss = (uint16_t)(st->cfg.mtu - 40);
+	c->rcv_mss = c->mss;
+	c->rto_us = st->cfg.rto_init_us;
+	c->rcv_wscale = st->tcp->rcv_wscale;
+	st->tcp->cc->init(c);
+}
+
+static void mlist_free(struct fp_stack *st, struct fp_mbuf **head)
+{
+	struct fp_mbuf *m = *head;
+
+	while (m) {
+		struct fp_mbuf *next = tcp_mb(m)->next;
+		net_free(st, m);
+		m = next;
+	}
+	*head = NULL;
+}
+
+/* The retransmit and out-of-order queues: what the protocol holds. */
+static void tcp_purge_proto(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	mlist_free(st, &c->rtx_head);
+	mlist_free(st, &c->ooo_head);
+	c->rtx_tail = NULL;
+	c->ooo_bytes = c->sacked_bytes = c->lost_bytes = c->dupack_bytes = 0;
+}
+
+void tcp_purge(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	tcp_purge_proto(st, c);
+	mlist_free(st, &c->held_head);
+	c->held_tail = NULL;
+	c->held_bytes = c->held_off = 0;
+}
+
+void tcp_set_state(struct fp_stack *st, struct fp_tcp_conn *c, enum fp_tcp_state state)
+{
+	if ((c->flags & TCP_CF_EMBRYONIC) && state != FP_TCP_SYN_RECEIVED) {
+		c->flags &= ~TCP_CF_EMBRYONIC;
+		st->tcp->n_embryonic--;
+	}
+	c->state = (uint8_t)state;
+	if (state == FP_TCP_CLOSED) {
+		tcp_hash_remove(st, c);
+		tcp_purge_proto(st, c);
+		c->rtx_us = c->delack_us = c->keep_us = 0;
+		c->flags &= ~(TCP_CF_PERSIST | TCP_CF_ACK_NOW);
+		fp_timer_cancel(&st->wheel, &c->timer);
+	}
+}
+
+static void tcp_conn_free(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	struct tcp_stack *ts = st->tcp;
+
+	tcp_hash_remove(st, c);
+	if (c->flags & TCP_CF_EMBRYONIC)
+		ts->n_embryonic--;
+	tcp_purge(st, c);
+	fp_timer_cancel(&st->wheel, &c->timer);
+	*c->all_pprev = c->all_next;
+	if (c->all_next)
+		c->all_next->all_pprev = c->all_pprev;
+	ts->n_conns--;
+	if (c->flags & TCP_CF_LIMITED)
+		ts->n_limited--;
+	free(c);
+}
+
+bool tcp_maybe_free(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	if ((c->flags & TCP_CF_APP) || c->state != FP_TCP_CLOSED)
+		return false;
+	tcp_conn_free(st, c);
+	return true;
+}
+
+void tcp_event(struct fp_stack *st, struct fp_tcp_conn *c, enum fp_event_type type, int status,
+	       uint32_t len, struct fp_mbuf *m)
+{
+	struct fp_event ev = {
+		.type = (uint16_t)type, .status = (int16_t)status, .len = len,
+		.cookie = c->cookie, .conn = c, .m = m,
+		.raddr = c->raddr, .rport = c->rport, .lport = c->lport,
+	};
+
+	if (!(c->flags & TCP_CF_APP) || (c->flags & TCP_CF_DEAD))
+		return;
+	if (type == FP_EV_TCP_DEAD || (type == FP_EV_TCP_CONNECTED && status))
+		c->flags |= TCP_CF_DEAD;
+	net_event(st, &ev);
+}
+
+/* RFC 9293 §3.10.7: a reset or timeout ends the conn. The held receive buffers stay until
+ * the app releases the handle: RECV events it has not read yet still point at them. */
+void tcp_conn_fail(struct fp_stack *st, struct fp_tcp_conn *c, int err)
+{
+	bool connecting = c->state == FP_TCP_SYN_SENT ||
+			  (c->state == FP_TCP_SYN_RECEIVED && !(c->flags & TCP_CF_PASSIVE));
+
+	tcp_set_state(st, c, FP_TCP_CLOSED);
+	if (err == -ETIMEDOUT)
+		NET_STAT_INC(st, tcp_timeout);
+	tcp_event(st, c, connecting ? FP_EV_TCP_CONNECTED : FP_EV_TCP_DEAD, err, 0, NULL);
+}
+
+/* ---- init / destroy ---- */
+
+/* The smallest shift that fits the receive buffer in the 16-bit window (RFC 7323 §2.3). */
+static uint8_t wscale_for(uint32_t rcv_buf)
+{
+	uint8_t s = 0;
+
+	while (s < FP_TCP_MAX_WSCALE && (rcv_buf >> s) > 65535)
+		s++;
+	return s;
+}
 
 int tcp_init(struct fp_stack *st)
 {
-	st->tcp = NULL;
+	struct tcp_stack *ts = calloc(1, sizeof(*ts));
+
+	if (!ts)
+		return -ENOMEM;
+	ts->htab = calloc(TCP_HASH_MIN, sizeof(*ts->htab));
+	if (!ts->htab) {
+		free(ts);
+		return -ENOMEM;
+	}
+	ts->hmask = TCP_HASH_MIN - 1;
+	ts->cc = &tcp_cc_newreno;
+	ts->rcv_wscale = wscale_for(st->cfg.rcv_buf);
+	ts->challenge_tokens = TCP_CHALLENGE_ACK_PER_SEC;
+	ts->challenge_ts_us = st->now_us;
+	st->tcp = ts;
+	tcp_cookie_init(st);
+	ts->port_next = (uint16_t)(ts->sip_key[1] % (TCP_EPHEMERAL_HI - TCP_EPHEMERAL_LO + 1));
 	return 0;
 }
 
-void tcp_destroy(struct fp_stack *st) { (void)st; }
-
-void tcp_input(struct fp_stack *st, struct fp_mbuf *m, const struct fp_ipv4 *ip)
+void tcp_destroy(struct fp_stack *st)
 {
-	(void)ip;
-	NET_STAT_INC(st, tcp_no_port);
-	net_free(st, m);
+	struct tcp_stack *ts = st->tcp;
+
+	if (!ts)
+		return;
+	/* RECV events not yet drained point at buffers the held lists own: the stack's queue
+	 * must not free them a second time. */
+	for (uint32_t i = 0; i < st->ev.count; i++) {
+		struct fp_event *e = &st->ev.v[(st->ev.head + i) & (st->ev.cap - 1)];
+		if (e->type == FP_EV_TCP_RECV)
+			e->m = NULL;
+	}
+	while (ts->all)
+		tcp_conn_free(st, ts->all);
+	free(ts->htab);
+	free(ts);
+	st->tcp = NULL;
 }
 
 uint32_t fp_stack_tcp_conns(const struct fp_stack *st)
 {
-	(void)st;
+	return st->tcp ? st->tcp->n_conns : 0;
+}
+
+/* ---- listen ---- */
+
+int fp_tcp_listen(struct fp_stack *st, uint16_t port, uint64_t cookie)
+{
+	struct fp_tcp_conn *c;
+
+	if (port == 0)
+		return -EINVAL;
+	if (tcp_listener(st, port))
+		return -EADDRINUSE;
+	if (!(c = tcp_conn_alloc(st, false)))
+		return -ENOMEM;
+	tcp_conn_defaults(st, c);
+	c->state = FP_TCP_LISTEN;
+	c->lport = port;
+	c->cookie = cookie;
+	c->hnext = st->tcp->listen[port % TCP_LISTEN_BUCKETS];
+	st->tcp->listen[port % TCP_LISTEN_BUCKETS] = c;
 	return 0;
+}
+
+int fp_tcp_unlisten(struct fp_stack *st, uint16_t port)
+{
+	struct fp_tcp_conn **pp = &st->tcp->listen[port % TCP_LISTEN_BUCKETS];
+
+	while (*pp && (*pp)->lport != port)
+		pp = &(*pp)->hnext;
+	if (!*pp)
+		return -ENOENT;
+	struct fp_tcp_conn *c = *pp;
+	*pp = c->hnext;
+	c->hnext = NULL;
+	c->state = FP_TCP_CLOSED;
+	tcp_conn_free(st, c);
+	return 0;
+}
+
+/* ---- dial ---- */
+
+/* The receive queue a reply of this 4-tuple lands on: the Toeplitz hash of the reply
+ * direction (their address and port as source), as the NIC computes it. */
+static bool port_steers_here(const struct fp_stack *st, uint32_t raddr, uint16_t rport,
+			     uint16_t lport)
+{
+	if (st->cfg.n_queues <= 1)
+		return true;
+	uint32_t h = fp_rss_ipv4_l4(&st->rss, htonl(raddr), htonl(st->cfg.ipv4), htons(rport),
+				    htons(lport));
+	return h % st->cfg.n_queues == st->cfg.queue_id;
+}
+
+/* IX §4.4: probe the ephemeral range for a port whose reply hashes to our queue and
+ * whose 4-tuple is free. 0 when there is none. */
+static uint16_t pick_port(struct fp_stack *st, uint32_t raddr, uint16_t rport)
+{
+	struct tcp_stack *ts = st->tcp;
+	const uint32_t range = TCP_EPHEMERAL_HI - TCP_EPHEMERAL_LO + 1;
+
+	for (uint32_t i = 0; i < range; i++) {
+		uint16_t p = (uint16_t)(TCP_EPHEMERAL_LO + (ts->port_next + i) % range);
+		if (!port_steers_here(st, raddr, rport, p) ||
+		    tcp_lookup(st, st->cfg.ipv4, p, raddr, rport))
+			continue;
+		ts->port_next = (uint16_t)((p - TCP_EPHEMERAL_LO + 1) % range);
+		return p;
+	}
+	return 0;
+}
+
+struct fp_tcp_conn *fp_tcp_dial(struct fp_stack *st, uint32_t dst, uint16_t dport,
+				uint64_t cookie, int *err)
+{
+	struct fp_tcp_conn *c = NULL;
+	uint16_t port;
+	int e = 0;
+
+	if (dst == 0 || dport == 0 || (dst >> 28) >= 0xe) {
+		e = -EHOSTUNREACH;
+	} else if (((dst ^ st->cfg.ipv4) & st->netmask) && !st->cfg.gateway) {
+		e = -EHOSTUNREACH;
+	} else if (!(port = pick_port(st, dst, dport))) {
+		e = -EADDRNOTAVAIL;
+	} else if (!(c = tcp_conn_alloc(st, true))) {
+		e = -ENOBUFS;
+	}
+	if (err)
+		*err = e;
+	if (e)
+		return NULL;
+	tcp_conn_defaults(st, c);
+	c->raddr = dst;
+	c->lport = port;
+	c->rport = dport;
+	c->cookie = cookie;
+	c->flags |= TCP_CF_APP;
+	c->iss = tcp_isn(st, c->laddr, port, dst, dport);
+	c->snd_una = c->recover = c->iss;
+	c->snd_nxt = c->iss + 1;
+	c->ts_offset = tcp_ts_offset(st, c->laddr, dst);
+	c->state = FP_TCP_SYN_SENT;
+	tcp_hash_insert(st, c);
+	tcp_send_syn(st, c);
+	tcp_rtx_arm(st, c);
+	tcp_timer_update(st, c);
+	return c;
+}
+
+void fp_tcp_set_cookie(struct fp_tcp_conn *c, uint64_t cookie) { c->cookie = cookie; }
+
+/* ---- send ---- */
+
+/* Nagle (RFC 9293 §3.7.4, when cfg.nagle): with data in flight, only full segments go. */
+static size_t nagle_trim(const struct fp_stack *st, const struct fp_tcp_conn *c, size_t n)
+{
+	uint32_t smss = tcp_smss(c);
+
+	if (!st->cfg.nagle || c->snd_una == c->snd_nxt)
+		return n;
+	return n - n % smss;
+}
+
+/* With Nagle on and data in flight this is a multiple of the segment size, and a send of
+ * less than a segment takes nothing. */
+size_t fp_tcp_sendable(const struct fp_stack *st, const struct fp_tcp_conn *c)
+{
+	if ((c->state != FP_TCP_ESTABLISHED && c->state != FP_TCP_CLOSE_WAIT) ||
+	    (c->flags & (TCP_CF_SHUT_WR | TCP_CF_DEAD)))
+		return 0;
+	return nagle_trim(st, c, tcp_send_room(st, c));
+}
+
+/* One segment: a fresh buffer holding a copy of @len bytes, appended to the retransmit
+ * queue and transmitted. -ENOBUFS when the pool is empty. */
+static int send_one(struct fp_stack *st, struct fp_tcp_conn *c, const uint8_t *data,
+		    uint32_t len, bool push)
+{
+	struct fp_mbuf *m = net_alloc(st);
+
+	if (!m) {
+		NET_STAT_INC(st, tcp_nobufs);
+		return -ENOBUFS;
+	}
+	uint8_t *p = fp_mbuf_append(m, len);
+	memcpy(p, data, len);
+	struct tcp_mb *mb = tcp_mb(m);
+	memset(mb, 0, sizeof(*mb));
+	mb->seq = c->snd_nxt;
+	mb->len = (uint16_t)len;
+	mb->off = m->data_off;
+	mb->psum = fp_csum_partial(p, len, 0);
+	mb->flags = push ? TCP_MB_PSH : 0;
+	if (c->rtx_tail)
+		tcp_mb(c->rtx_tail)->next = m;
+	else
+		c->rtx_head = m;
+	c->rtx_tail = m;
+	c->snd_nxt += len;
+	tcp_xmit_seg(st, c, m);
+	return 0;
+}
+
+ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data, size_t len)
+{
+	if (c->state == FP_TCP_SYN_SENT || c->state == FP_TCP_SYN_RECEIVED)
+		return -ENOTCONN;
+	if ((c->state != FP_TCP_ESTABLISHED && c->state != FP_TCP_CLOSE_WAIT) ||
+	    (c->flags & (TCP_CF_SHUT_WR | TCP_CF_DEAD)))
+		return -EPIPE;
+	uint32_t smss = tcp_smss(c);
+	size_t n = tcp_send_room(st, c);
+	if (n > len)
+		n = len;
+	n = nagle_trim(st, c, n);
+	size_t done = 0;
+	while (done < n) {
+		uint32_t k = n - done < smss ? (uint32_t)(n - done) : smss;
+		if (send_one(st, c, (const uint8_t *)data + done, k, done + k == n))
+			break;
+		done += k;
+	}
+	if (done < len)
+		c->flags |= TCP_CF_WANT_SEND;
+	if (done && !c->rtx_us)
+		tcp_rtx_arm(st, c);
+	tcp_persist_check(st, c);
+	tcp_timer_update(st, c);
+	if (done == 0 && n > 0)
+		return -ENOBUFS;
+	return (ssize_t)done;
+}
+
+/* ---- receive ---- */
+
+void fp_tcp_recv_done(struct fp_stack *st, struct fp_tcp_conn *c, size_t len)
+{
+	while (len && c->held_head) {
+		struct fp_mbuf *m = c->held_head;
+		struct tcp_mb *mb = tcp_mb(m);
+		uint32_t left = mb->len - c->held_off;
+		if (len < left) {
+			c->held_off += (uint32_t)len;
+			c->held_bytes -= (uint32_t)len;
+			break;
+		}
+		len -= left;
+		c->held_bytes -= left;
+		c->held_off = 0;
+		c->held_head = mb->next;
+		if (!c->held_head)
+			c->held_tail = NULL;
+		net_free(st, m);
+	}
+	if (c->state != FP_TCP_ESTABLISHED && c->state != FP_TCP_FIN_WAIT_1 &&
+	    c->state != FP_TCP_FIN_WAIT_2)
+		return;
+	/* RFC 9293 §3.8.6.2.2: announce the reopened window only once it has grown by
+	 * min(buffer / 2, MSS); smaller updates would invite silly-window segments. */
+	uint32_t thresh = st->cfg.rcv_buf / 2 < c->mss ? st->cfg.rcv_buf / 2 : c->mss;
+	uint32_t edge = c->rcv_nxt + tcp_rcv_window(st, c);
+	if (seq_ge(edge, c->rcv_adv + thresh))
+		tcp_send_ack(st, c);
+}
+
+/* ---- close ---- */
+
+int fp_tcp_shutdown(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	if (c->flags & TCP_CF_SHUT_WR)
+		return 0;
+	if (c->state == FP_TCP_ESTABLISHED)
+		tcp_set_state(st, c, FP_TCP_FIN_WAIT_1);
+	else if (c->state == FP_TCP_CLOSE_WAIT)
+		tcp_set_state(st, c, FP_TCP_LAST_ACK);
+	else
+		return -ENOTCONN;
+	c->flags |= TCP_CF_SHUT_WR;
+	c->flags &= ~TCP_CF_WANT_SEND;
+	tcp_send_fin(st, c);
+	tcp_timer_update(st, c);
+	return 0;
+}
+
+void fp_tcp_close(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	uint8_t s = c->state;
+
+	c->flags &= ~TCP_CF_APP;
+	mlist_free(st, &c->held_head);
+	c->held_tail = NULL;
+	c->held_bytes = c->held_off = 0;
+	if (s == FP_TCP_SYN_SENT) {
+		tcp_set_state(st, c, FP_TCP_CLOSED);
+	} else if (s == FP_TCP_SYN_RECEIVED) {
+		/* RFC 9293 §3.10.4 would queue a FIN until established; a RST is simpler and
+		 * the peer has not been told the conn exists. */
+		tcp_send_rst_conn(st, c);
+		tcp_set_state(st, c, FP_TCP_CLOSED);
+	} else if (s == FP_TCP_ESTABLISHED || s == FP_TCP_CLOSE_WAIT) {
+		fp_tcp_shutdown(st, c);
+	} else if (s == FP_TCP_FIN_WAIT_2) {
+		c->keep_us = st->now_us + st->cfg.time_wait_us; /* orphan timeout (Linux) */
+	}
+	/* Data arriving from now on is answered with RST (tcp_input): drop what waits. */
+	mlist_free(st, &c->ooo_head);
+	c->ooo_bytes = 0;
+	if (!tcp_maybe_free(st, c))
+		tcp_timer_update(st, c);
+}
+
+void fp_tcp_abort(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	if (c->state >= FP_TCP_SYN_RECEIVED && c->state != FP_TCP_TIME_WAIT)
+		tcp_send_rst_conn(st, c);
+	c->flags &= ~TCP_CF_APP;
+	tcp_set_state(st, c, FP_TCP_CLOSED);
+	tcp_maybe_free(st, c);
+}
+
+int fp_tcp_keepalive(struct fp_stack *st, struct fp_tcp_conn *c, uint32_t idle_us,
+		     uint32_t intvl_us, uint8_t count)
+{
+	if (c->state == FP_TCP_CLOSED || c->state == FP_TCP_LISTEN)
+		return -ENOTCONN;
+	if (idle_us == 0) {
+		c->flags &= ~TCP_CF_KEEPALIVE;
+		c->keep_us = 0;
+		tcp_timer_update(st, c);
+		return 0;
+	}
+	if (intvl_us == 0 || count == 0)
+		return -EINVAL;
+	c->ka_idle_us = idle_us;
+	c->ka_intvl_us = intvl_us;
+	c->ka_count = count;
+	c->flags |= TCP_CF_KEEPALIVE;
+	if (!c->last_rx_us)
+		c->last_rx_us = st->now_us;
+	tcp_keepalive_reset(st, c);
+	tcp_timer_update(st, c);
+	return 0;
+}
+
+/* ---- diagnostics ---- */
+
+const char *fp_tcp_state_name(enum fp_tcp_state s)
+{
+	static const char *const names[] = {
+		"CLOSED", "LISTEN", "SYN_SENT", "SYN_RECEIVED", "ESTABLISHED", "FIN_WAIT_1",
+		"FIN_WAIT_2", "CLOSE_WAIT", "CLOSING", "LAST_ACK", "TIME_WAIT",
+	};
+	return (unsigned)s < FP_ARRAY_SIZE(names) ? names[s] : "?";
+}
+
+void fp_tcp_info(const struct fp_tcp_conn *c, struct fp_tcp_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->state = (enum fp_tcp_state)c->state;
+	out->laddr = c->laddr;
+	out->raddr = c->raddr;
+	out->lport = c->lport;
+	out->rport = c->rport;
+	out->snd_una = c->snd_una;
+	out->snd_nxt = c->snd_nxt;
+	out->snd_wnd = c->snd_wnd;
+	out->rcv_nxt = c->rcv_nxt;
+	out->rcv_wnd = c->rcv_adv - c->rcv_nxt;
+	out->cwnd = c->cwnd;
+	out->ssthresh = c->ssthresh;
+	out->mss = c->mss;
+	out->srtt_us = c->srtt_us;
+	out->rttvar_us = c->rttvar_us;
+	out->rto_us = c->rto_us;
+	out->snd_wscale = c->snd_wscale;
+	out->rcv_wscale = c->rcv_wscale;
+	out->ts_ok = (c->flags & TCP_CF_TS) != 0;
+	out->sack_ok = (c->flags & TCP_CF_SACK) != 0;
+	for (struct fp_mbuf *m = c->rtx_head; m; m = tcp_mb(m)->next)
+		out->unacked_bytes += tcp_mb(m)->len;
+	out->held_bytes = c->held_bytes;
+	out->ooo_bytes = c->ooo_bytes;
+	out->retransmits = c->retransmits;
+}
+
+/* ---- the white-box test builder (see tcp.h) ---- */
+
+static int test_check(const struct tcp_test_conn_params *p)
+{
+	uint32_t d = p->snd_nxt - p->snd_una;
+
+	switch (p->state) {
+	case FP_TCP_SYN_SENT:
+	case FP_TCP_SYN_RECEIVED:
+		return 0;
+	case FP_TCP_ESTABLISHED:
+	case FP_TCP_CLOSE_WAIT:
+	case FP_TCP_FIN_WAIT_2:
+	case FP_TCP_TIME_WAIT:
+		return d == 0 ? 0 : -EINVAL;
+	case FP_TCP_FIN_WAIT_1:
+	case FP_TCP_CLOSING:
+	case FP_TCP_LAST_ACK:
+		return d == 1 ? 0 : -EINVAL;
+	default:
+		return -EINVAL;
+	}
+}
+
+static void test_seq(struct fp_stack *st, struct fp_tcp_conn *c,
+		     const struct tcp_test_conn_params *p)
+{
+	bool syn = p->state == FP_TCP_SYN_SENT || p->state == FP_TCP_SYN_RECEIVED;
+
+	c->iss = p->iss;
+	c->irs = p->irs;
+	c->snd_una = syn ? p->iss : p->snd_una;
+	c->snd_nxt = syn ? p->iss + 1 : p->snd_nxt;
+	c->recover = c->snd_una; /* RFC 6582 §3.2: no fast retransmit below it */
+	c->rcv_nxt = p->state == FP_TCP_SYN_RECEIVED ? p->irs + 1 : p->rcv_nxt;
+	c->snd_wnd = c->max_snd_wnd = p->snd_wnd;
+	c->snd_wl1 = c->rcv_nxt;
+	c->snd_wl2 = c->snd_una;
+	c->rcv_adv = c->rcv_nxt + (p->rcv_wnd ? p->rcv_wnd : st->cfg.rcv_buf);
+	c->snd_wscale = p->snd_wscale;
+	c->rcv_wscale = p->rcv_wscale;
+	if (p->state >= FP_TCP_FIN_WAIT_1 && p->state != FP_TCP_CLOSE_WAIT)
+		c->flags |= TCP_CF_SHUT_WR | TCP_CF_FIN_SENT;
+	if (p->state == FP_TCP_CLOSE_WAIT || p->state == FP_TCP_CLOSING ||
+	    p->state == FP_TCP_LAST_ACK || p->state == FP_TCP_TIME_WAIT)
+		c->flags |= TCP_CF_FIN_RCVD;
+}
+
+static void test_timers(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	switch (c->state) {
+	case FP_TCP_SYN_SENT:
+	case FP_TCP_SYN_RECEIVED:
+	case FP_TCP_FIN_WAIT_1:
+	case FP_TCP_CLOSING:
+	case FP_TCP_LAST_ACK:
+		tcp_rtx_arm(st, c);
+		break;
+	case FP_TCP_TIME_WAIT:
+		c->rtx_us = st->now_us + st->cfg.time_wait_us;
+		break;
+	default:
+		break;
+	}
+	tcp_timer_update(st, c);
+}
+
+/* Options, ownership and congestion state as @p says. */
+static void test_opts(struct fp_stack *st, struct fp_tcp_conn *c,
+		      const struct tcp_test_conn_params *p)
+{
+	if (p->mss)
+		c->mss = p->mss;
+	if (p->ts_ok)
+		c->flags |= TCP_CF_TS;
+	if (p->sack_ok)
+		c->flags |= TCP_CF_SACK;
+	if (p->snd_wscale || p->rcv_wscale)
+		c->flags |= TCP_CF_WSCALE;
+	c->rcv_mss = (uint16_t)tcp_smss(c);
+	c->ts_recent = p->ts_recent;
+	c->ts_offset = p->ts_offset;
+	if (p->app_owned)
+		c->flags |= TCP_CF_APP;
+	if (p->passive)
+		c->flags |= TCP_CF_PASSIVE;
+	if (p->passive && p->state == FP_TCP_SYN_RECEIVED) {
+		c->flags |= TCP_CF_EMBRYONIC;
+		st->tcp->n_embryonic++;
+	}
+	st->tcp->cc->init(c);
+	if (p->cwnd)
+		c->cwnd = p->cwnd;
+	if (p->ssthresh)
+		c->ssthresh = p->ssthresh;
+	if (p->srtt_us)
+		tcp_rtt_sample(st, c, p->srtt_us);
+}
+
+struct fp_tcp_conn *tcp_test_conn(struct fp_stack *st, const struct tcp_test_conn_params *p)
+{
+	struct fp_tcp_conn *c;
+	uint32_t laddr = p->laddr ? p->laddr : st->cfg.ipv4;
+	int err;
+
+	if (p->state == FP_TCP_LISTEN) {
+		if ((err = fp_tcp_listen(st, p->lport, p->cookie)))
+			goto fail;
+		return tcp_listener(st, p->lport);
+	}
+	if ((err = test_check(p)))
+		goto fail;
+	if (tcp_lookup(st, laddr, p->lport, p->raddr, p->rport)) {
+		err = -EEXIST;
+		goto fail;
+	}
+	if (!(c = tcp_conn_alloc(st, true))) {
+		err = -ENOBUFS;
+		goto fail;
+	}
+	tcp_conn_defaults(st, c);
+	c->laddr = laddr;
+	c->raddr = p->raddr;
+	c->lport = p->lport;
+	c->rport = p->rport;
+	c->cookie = p->cookie;
+	c->state = (uint8_t)p->state;
+	c->last_rx_us = st->now_us;
+	test_opts(st, c, p);
+	test_seq(st, c, p);
+	tcp_hash_insert(st, c);
+	test_timers(st, c);
+	return c;
+fail:
+	errno = -err;
+	return NULL;
 }

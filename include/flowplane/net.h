@@ -164,14 +164,16 @@ int fp_tcp_unlisten(struct fp_stack *st, uint16_t port);
 struct fp_tcp_conn *fp_tcp_dial(struct fp_stack *st, uint32_t dst, uint16_t dport,
 				uint64_t cookie, int *err);
 
-/* Set the cookie that events for @c carry. */
+/* Set the cookie that events for @c carry from now on (events already queued, such as a
+ * RECV right behind its ACCEPTED in the same batch, keep the listener's cookie). */
 void fp_tcp_set_cookie(struct fp_tcp_conn *c, uint64_t cookie);
 
 /*
  * The IX flow-control contract: send takes at most what the peer's receive window and our
  * congestion window allow right now (fp_tcp_sendable), copies it into segments and puts
  * them on the wire; returns the bytes taken (0 when the windows are shut), or -ENOTCONN
- * (not yet established), -EPIPE (we already shut down the sending side or the conn is dead).
+ * (not yet established), -EPIPE (we already shut down the sending side or the conn is dead),
+ * -ENOBUFS (no buffer for the first segment: nothing was taken; retry after freeing some).
  * When more may be sent, an FP_EV_TCP_SENT follows.
  */
 ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data, size_t len);
@@ -187,6 +189,8 @@ void fp_tcp_recv_done(struct fp_stack *st, struct fp_tcp_conn *c, size_t len);
 int fp_tcp_shutdown(struct fp_stack *st, struct fp_tcp_conn *c);
 
 /* Release @c: shut down sending if not done (FIN), and give the handle back; the stack
+ * frees its held receive buffers at once, so RECV events already drained but not yet
+ * handled must be handled before this call, not after; the stack
  * finishes the close (FIN_WAIT, TIME_WAIT) on its own and sends no more events. Data that
  * arrives afterwards is answered with RST (RFC 9293 §3.6.1 abort on data after close). */
 void fp_tcp_close(struct fp_stack *st, struct fp_tcp_conn *c);
@@ -259,5 +263,5 @@ void fp_stack_stats(const struct fp_stack *st, struct fp_net_stats *out);
 extern const char *const fp_net_stat_names[];
 extern const unsigned fp_net_stat_count;
 
-/* TCP control blocks in use (any state but free), for leak checks. */
+/* TCP control blocks in use (any state but free, listeners included), for leak checks. */
 uint32_t fp_stack_tcp_conns(const struct fp_stack *st);

@@ -93,3 +93,9 @@ def test_demo_quick_writes_its_results(root, tmp_path):
             assert 0 < float(cell) <= 1
     png = (out / "qsim-maxload.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
+    stack = (out / "stack.txt").read_text()
+    assert "FAILED" not in stack
+    assert "rr: 2000 round trips of 64 bytes" in stack
+    assert stack.count("bulk: 10000000 bytes") == 2
+    assert "with faults:" in stack and " 0 bytes differ from what was sent" in stack
+    assert "mem: 1000 connections each side, 2001 control blocks" in stack

@@ -335,7 +335,8 @@ int fp_tcp_unlisten(struct fp_stack *st, uint16_t port)
 /* ---- dial ---- */
 
 /* The receive queue a reply of this 4-tuple lands on: the Toeplitz hash of the reply
- * direction (their address and port as source), as the NIC computes it. */
+ * direction (their address and port as source), as the NIC computes it. st->rss is
+ * filled in only when there are queues to choose from (stack.c). */
 static bool port_steers_here(const struct fp_stack *st, uint32_t raddr, uint16_t rport,
 			     uint16_t lport)
 {

@@ -524,7 +524,12 @@ static void ooo_insert(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbu
 	}
 	while (*pp && seq_le(tcp_mb(*pp)->seq + tcp_mb(*pp)->len, seq + len)) {
 		struct fp_mbuf *old = *pp;
-		if (tcp_mb(old)->flags & TCP_MB_FIN)
+		/* A queued FIN the new bytes cover stays only where the peer put it: at their
+		 * end. Data beyond it supersedes it (Linux drops the covered skb the same
+		 * way); carried to the new end it would be ACKed at a sequence number the
+		 * peer never sent a FIN at (found triaging the fuzz_stack crash below). */
+		if ((tcp_mb(old)->flags & TCP_MB_FIN) &&
+		    tcp_mb(old)->seq + tcp_mb(old)->len == seq + len)
 			fin = true;
 		*pp = tcp_mb(old)->next;
 		c->ooo_bytes -= tcp_mb(old)->len;
@@ -623,15 +628,34 @@ static bool text(struct fp_stack *st, struct fp_tcp_conn *c, struct tcp_seg *s)
 		return false;
 	}
 	deliver(st, c, m, len);
-	bool ooo_fin = had_ooo && ooo_drain(st, c);
+	/* A FIN here ends the stream at seq + len: what waits out of order lies beyond it
+	 * (or repeats bytes just delivered) and must not be delivered, nor the FIN be taken
+	 * after it, which would ACK a FIN at a sequence number the peer never sent it at
+	 * (found by fuzz_stack). fin_arrives() drops the queue. */
+	bool ooo_fin = had_ooo && !fin && ooo_drain(st, c);
 	ack_policy(st, c, len, had_ooo);
 	return ooo_fin || fin;
 }
 
 /* ---- the eighth step: FIN ---- */
 
+/* Free the out-of-order queue. */
+static void ooo_purge(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	while (c->ooo_head) {
+		struct fp_mbuf *m = c->ooo_head;
+		c->ooo_head = tcp_mb(m)->next;
+		net_free(st, m);
+	}
+	c->ooo_bytes = 0;
+}
+
 static void fin_arrives(struct fp_stack *st, struct fp_tcp_conn *c)
 {
+	/* Nothing follows the FIN: whatever still waits out of order is beyond it (a
+	 * broken or hostile peer) and is dropped, not kept, SACKed or counted against the
+	 * window until close (Linux's tcp_fin() purges its queue too). */
+	ooo_purge(st, c);
 	c->rcv_nxt++;
 	c->flags |= TCP_CF_FIN_RCVD | TCP_CF_ACK_NOW;
 	tcp_event(st, c, FP_EV_TCP_EOF, 0, 0, NULL);

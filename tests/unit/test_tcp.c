@@ -2149,6 +2149,85 @@ static void test_out_of_order_fin_waits_for_the_hole(void **state)
 	assert_int_equal(c->state, FP_TCP_CLOSE_WAIT);
 }
 
+/* Found by fuzz_stack: data waited out of order beyond a FIN that then arrived in order
+ * (a broken or hostile peer: bytes after its own FIN). The queue was drained past the FIN,
+ * its bytes delivered after it, and the FIN ACKed at the end of them, a sequence number
+ * the peer never sent a FIN at. RFC 9293 §3.10.7.4 eighth: the FIN ends the stream at
+ * SEG.SEQ + text; what waited beyond it is dropped (so is it by Linux's tcp_fin()). */
+static void test_fin_in_order_over_queued_data_acked_at_its_own_seq(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct fp_event ev;
+	struct tcp_test_conn_params cp = t_est();
+
+	cp.sack_ok = true;
+	struct fp_tcp_conn *c = t_conn(h, cp);
+	t_send(h, ACK, R + 4, S, t_pat + 4, 208);
+	t_expect(h, &p, ACK, S, R, T_ANY, 0);
+	t_send(h, FIN | ACK, R, S, t_pat, 29);
+	t_expect(h, &p, ACK, S, R + 30, T_ANY, 0);
+	assert_int_equal(p.tcp.opt.n_sack, 0); /* nothing is kept beyond the FIN */
+	t_expect_none(h);
+	t_event(h, &ev, FP_EV_TCP_RECV, 0);
+	assert_int_equal(ev.len, 29);
+	assert_memory_equal(fp_mbuf_data(ev.m), t_pat, 29);
+	t_event(h, &ev, FP_EV_TCP_EOF, 0);
+	t_no_event(h);
+	assert_int_equal(c->state, FP_TCP_CLOSE_WAIT);
+	assert_int_equal(t_info(c).rcv_nxt, R + 30);
+	assert_int_equal(t_info(c).ooo_bytes, 0);
+}
+
+/* Found triaging the fuzz_stack crash above (its reproducer is in the corpus too):
+ * out-of-order data covering a queued FIN and going on beyond it carried the FIN to its
+ * own end, so once the hole was filled the FIN was ACKed at a sequence number the peer
+ * never sent one at. The peer's later bytes supersede its FIN
+ * (Linux drops a covered out-of-order skb the same way); the FIN is not moved. */
+static void test_out_of_order_data_beyond_queued_fin_does_not_move_it(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct fp_tcp_conn *c = t_conn(h, t_est());
+
+	t_send(h, FIN | ACK, R + 64, S, NULL, 0); /* a FIN alone, ahead of the data */
+	t_expect(h, &p, ACK, S, R, T_ANY, 0);
+	t_send(h, ACK, R + 1, S, t_pat + 1, 100); /* over the FIN and beyond it */
+	t_expect(h, &p, ACK, S, R, T_ANY, 0);
+	t_send(h, ACK, R, S, t_pat, 1);           /* fills the hole */
+	t_expect(h, &p, ACK, S, R + 101, T_ANY, 0);
+	t_expect_none(h);
+	t_expect_recv(h, c, t_pat, 101);          /* and no EOF */
+	assert_int_equal(c->state, FP_TCP_ESTABLISHED);
+	assert_int_equal(t_info(c).rcv_nxt, R + 101);
+}
+
+/* The other side of the rule above: out-of-order data that ends exactly at a queued FIN
+ * keeps it, and filling the hole takes the FIN at its own sequence number. */
+static void test_out_of_order_data_up_to_queued_fin_keeps_it(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct fp_event ev;
+	struct fp_tcp_conn *c = t_conn(h, t_est());
+
+	t_send(h, FIN | ACK, R + 64, S, NULL, 0);
+	t_expect(h, &p, ACK, S, R, T_ANY, 0);
+	t_send(h, ACK, R + 1, S, t_pat + 1, 63);  /* up to the FIN */
+	t_expect(h, &p, ACK, S, R, T_ANY, 0);
+	t_send(h, ACK, R, S, t_pat, 1);
+	t_expect(h, &p, ACK, S, R + 65, T_ANY, 0);
+	t_expect_none(h);
+	t_event(h, &ev, FP_EV_TCP_RECV, 0);
+	assert_int_equal(ev.len, 1);
+	t_event(h, &ev, FP_EV_TCP_RECV, 0);
+	assert_int_equal(ev.len, 63);
+	assert_memory_equal(fp_mbuf_data(ev.m), t_pat + 1, 63);
+	t_event(h, &ev, FP_EV_TCP_EOF, 0);
+	t_no_event(h);
+	assert_int_equal(c->state, FP_TCP_CLOSE_WAIT);
+}
+
 /* RFC 9293 §3.10.7.4 eighth (CLOSE-WAIT): "Remain in the CLOSE-WAIT state" on a FIN; the
  * retransmitted FIN is old (first check) and is acked again; no second EOF. */
 static void test_close_wait_retransmitted_fin_acked_again(void **state)
@@ -2724,6 +2803,9 @@ int main(void)
 		T(test_fin_in_established_acked_close_wait_eof),
 		T(test_data_with_fin_delivered_then_eof),
 		T(test_out_of_order_fin_waits_for_the_hole),
+		T(test_fin_in_order_over_queued_data_acked_at_its_own_seq),
+		T(test_out_of_order_data_beyond_queued_fin_does_not_move_it),
+		T(test_out_of_order_data_up_to_queued_fin_keeps_it),
 		T(test_close_wait_retransmitted_fin_acked_again),
 		T(test_abort_sends_rst_and_frees),
 		T(test_close_in_close_wait_sends_fin_then_last_ack_freed),

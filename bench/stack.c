@@ -418,6 +418,7 @@ int main(int argc, char **argv)
 	bool with_faults = false;
 	int o;
 
+	opterr = 0; /* one line of our own on a bad option, not getopt's too */
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
 		case 'c': count = parse_u64("--count", optarg); break;
@@ -425,7 +426,11 @@ int main(int argc, char **argv)
 		case 'n': conns = parse_u64("--conns", optarg); break;
 		case 'f': with_faults = true; break;
 		case 'h': usage(); return 0;
-		default: die_usage("unknown option");
+		default: {
+			char msg[160];
+			snprintf(msg, sizeof(msg), "unknown or incomplete option '%s'", argv[optind - 1]);
+			die_usage(msg);
+		}
 		}
 	}
 	if (optind != argc - 1)

@@ -23,6 +23,7 @@ def assert_usage_error(r, *words):
     (["demo", "--slow"], "unknown argument '--slow'"),
     (["demo", "--quick", "extra"], "unexpected argument 'extra'"),
     (["bootstrap", "now"], "bootstrap takes no arguments"),
+    (["bench-stack", "--slow"], "unknown argument '--slow'"),
 ])
 def test_flowplane_driver_bad_args(root, args, word):
     r = run([root / "flowplane", *args])
@@ -53,6 +54,30 @@ def test_bootstrap_bad_args(root):
 ])
 def test_fp_micro_bad_args(build_dir, args, word):
     assert_usage_error(run([build_dir / "bench" / "fp-micro", *args]), word)
+
+
+@pytest.mark.parametrize("args,word", [
+    ([], "expected one of rr, bulk, mem"),
+    (["sprint"], "expected one of rr, bulk, mem"),
+    (["rr", "bulk"], "expected one of rr, bulk, mem"),
+    (["rr", "--bogus"], "'--bogus'"),
+    (["rr", "--count"], "'--count'"),
+    (["rr", "--count", "0"], "--count"),
+    (["bulk", "--bytes", "-5"], "--bytes"),
+    (["mem", "--conns", "100000"], "--conns"),
+])
+def test_fp_stack_bench_bad_args(build_dir, args, word):
+    assert_usage_error(run([build_dir / "bench" / "fp-stack-bench", *args]), word)
+
+
+def test_fp_stack_bench_runs(build_dir):
+    b = build_dir / "bench" / "fp-stack-bench"
+    r = run([b, "rr", "--count", "300"])
+    assert r.returncode == 0 and "rr: 300 round trips of 64 bytes" in r.stdout, r.stdout
+    r = run([b, "bulk", "--bytes", "3000000", "--faults"])
+    assert r.returncode == 0 and " 0 bytes differ from what was sent" in r.stdout, r.stdout
+    r = run([b, "mem", "--conns", "200"])
+    assert r.returncode == 0 and "200 connections each side, 401 control blocks" in r.stdout
 
 
 def test_fp_micro_offline_cpu(build_dir):

@@ -253,17 +253,26 @@ void fp_stack_free(struct fp_stack *st, struct fp_mbuf *m)
 		net_free(st, m);
 }
 
-/* A ring of @cap elements of @size bytes doubled and unwrapped so that head becomes 0;
- * NULL when memory is short (the old ring is left as it was). */
-static void *ring_grow(const void *v, uint32_t head, uint32_t cap, size_t size)
+/*
+ * The cold half of a push into a full ring of *@cap elements of @size bytes at @v: a ring
+ * twice the size, unwrapped so that *@head becomes 0; @v is freed. NULL (counted) when
+ * memory is short, and the old ring is left as it was. Shared by the tx and event queues.
+ */
+static fp_cold void *ring_grow(struct fp_stack *st, void *v, uint32_t *head, uint32_t *cap,
+			       size_t size)
 {
-	uint8_t *nv = cap < UINT32_MAX / 2 ? malloc((size_t)cap * 2 * size) : NULL;
-	uint32_t first = cap - head;  /* elements from head to the end of the array */
+	uint8_t *nv = *cap < UINT32_MAX / 2 ? malloc((size_t)*cap * 2 * size) : NULL;
+	uint32_t first = *cap - *head;  /* elements from head to the end of the array */
 
-	if (!nv)
+	if (!nv) {
+		NET_STAT_INC(st, nobufs);
 		return NULL;
-	memcpy(nv, (const uint8_t *)v + (size_t)head * size, (size_t)first * size);
-	memcpy(nv + (size_t)first * size, v, (size_t)head * size);
+	}
+	memcpy(nv, (const uint8_t *)v + (size_t)*head * size, (size_t)first * size);
+	memcpy(nv + (size_t)first * size, v, (size_t)*head * size);
+	free(v);
+	*head = 0;
+	*cap *= 2;
 	return nv;
 }
 
@@ -272,16 +281,12 @@ int net_tx_frame(struct fp_stack *st, struct fp_mbuf *m)
 	struct net_txq *q = &st->tx;
 
 	if (fp_unlikely(q->count == q->cap)) {
-		struct fp_mbuf **nv = ring_grow(q->v, q->head, q->cap, sizeof(*q->v));
+		struct fp_mbuf **nv = ring_grow(st, q->v, &q->head, &q->cap, sizeof(*q->v));
 		if (!nv) {
-			NET_STAT_INC(st, nobufs);
 			net_free(st, m);
 			return -ENOMEM;
 		}
-		free(q->v);
 		q->v = nv;
-		q->head = 0;
-		q->cap *= 2;
 	}
 	q->v[(q->head + q->count++) & (q->cap - 1)] = m;
 	NET_STAT_INC(st, tx_frames);
@@ -311,15 +316,10 @@ int net_event(struct fp_stack *st, const struct fp_event *ev)
 	struct net_evq *q = &st->ev;
 
 	if (fp_unlikely(q->count == q->cap)) {
-		struct fp_event *nv = ring_grow(q->v, q->head, q->cap, sizeof(*q->v));
-		if (!nv) {
-			NET_STAT_INC(st, nobufs);
+		struct fp_event *nv = ring_grow(st, q->v, &q->head, &q->cap, sizeof(*q->v));
+		if (!nv)
 			return -ENOMEM;
-		}
-		free(q->v);
 		q->v = nv;
-		q->head = 0;
-		q->cap *= 2;
 	}
 	q->v[(q->head + q->count++) & (q->cap - 1)] = *ev;
 	return 0;

@@ -16,7 +16,8 @@
  *   tcp.c         the table (4-tuple hash, listeners), conn life cycle, the fp_tcp_* API,
  *                 fp_tcp_info, the test builder
  *   tcp_input.c   tcp_input: RFC 9293 §3.10.7 (LISTEN, SYN-SENT, then the numbered steps of
- *                 §3.10.7.4), reassembly (out-of-order queue), ACK processing
+ *                 §3.10.7.4), ACK processing
+ *   tcp_reass.c   in-order delivery (zero copy) and the out-of-order queue
  *   tcp_output.c  segment building: data, retransmission, SYN, SYN-ACK, FIN, ACK (with
  *                 SACK blocks), RST; the window we advertise
  *   tcp_timer.c   the one timer per conn: retransmit/persist, delayed ACK, keep-alive,
@@ -352,6 +353,21 @@ void tcp_conn_defaults(struct fp_stack *st, struct fp_tcp_conn *c);
 /* (tcp_input itself is declared in defs.h.) Apply a SYN's options to @c (MSS, window
  * scale, SACK, timestamps), RFC 9293 §3.7.1, RFC 7323 §2.2/§3.2, RFC 2018 §2. */
 void tcp_apply_syn_opts(struct fp_stack *st, struct fp_tcp_conn *c, const struct fp_tcp_opts *o);
+
+/* ---- tcp_reass.c ---- */
+
+/* In-order bytes for the app: @m itself (data window = the @len new bytes) goes up as a
+ * RECV event and stays held until recv_done. */
+void tcp_deliver(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf *m, uint32_t len);
+/* Deliver the out-of-order queue's head segments now in order; true if one carried the FIN. */
+bool tcp_ooo_drain(struct fp_stack *st, struct fp_tcp_conn *c);
+/* Queue a segment beyond rcv_nxt (sorted, disjoint, bounded by cfg.ooo_max); consumes @m. */
+void tcp_ooo_insert(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf *m,
+		    uint32_t seq, uint32_t len, bool fin);
+/* A FIN alone beyond rcv_nxt, kept as an empty entry; consumes @m. */
+void tcp_ooo_fin(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf *m, uint32_t seq);
+/* Free the out-of-order queue. */
+void tcp_ooo_purge(struct fp_stack *st, struct fp_tcp_conn *c);
 
 /* ---- tcp_output.c ---- */
 

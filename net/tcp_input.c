@@ -450,131 +450,6 @@ static bool establish(struct fp_stack *st, struct fp_tcp_conn *c, const struct t
 
 /* ---- the seventh step: segment text ---- */
 
-/* In-order bytes for the app: the buffer itself goes up (zero copy) and stays held. */
-static void deliver(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf *m, uint32_t len)
-{
-	struct tcp_mb *mb = tcp_mb(m);
-
-	memset(mb, 0, sizeof(*mb));
-	mb->seq = c->rcv_nxt;
-	mb->len = (uint16_t)len;
-	if (c->held_tail)
-		tcp_mb(c->held_tail)->next = m;
-	else
-		c->held_head = m;
-	c->held_tail = m;
-	c->held_bytes += len;
-	c->rcv_nxt += len;
-	c->rx_unacked += len;
-	tcp_event(st, c, FP_EV_TCP_RECV, 0, len, m);
-}
-
-/* Take the out-of-order queue's head segments that are now in order. True if one of them
- * carried the FIN, which is then in sequence. */
-static bool ooo_drain(struct fp_stack *st, struct fp_tcp_conn *c)
-{
-	struct fp_mbuf *m;
-
-	while ((m = c->ooo_head) && seq_le(tcp_mb(m)->seq, c->rcv_nxt)) {
-		struct tcp_mb *mb = tcp_mb(m);
-		uint32_t end = mb->seq + mb->len;
-		bool fin = mb->flags & TCP_MB_FIN;
-		c->ooo_head = mb->next;
-		c->ooo_bytes -= mb->len;
-		if (seq_gt(end, c->rcv_nxt)) {
-			fp_mbuf_adj(m, c->rcv_nxt - mb->seq);
-			deliver(st, c, m, end - c->rcv_nxt);
-		} else {
-			net_free(st, m);
-		}
-		if (fin && end == c->rcv_nxt)
-			return true;
-	}
-	return false;
-}
-
-/*
- * Queue a segment beyond rcv_nxt, sorted and disjoint: the parts already held are cut off
- * the new one, segments it covers entirely are replaced. Bounded by cfg.ooo_max bytes.
- */
-static void ooo_insert(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf *m,
-		       uint32_t seq, uint32_t len, bool fin)
-{
-	struct fp_mbuf **pp = &c->ooo_head;
-
-	if (c->ooo_bytes + len > st->cfg.ooo_max) {
-		NET_STAT_INC(st, tcp_ooo_drop);
-		net_free(st, m);
-		return;
-	}
-	NET_STAT_INC(st, tcp_ooo_seg);
-	while (*pp && seq_le(tcp_mb(*pp)->seq + tcp_mb(*pp)->len, seq))
-		pp = &tcp_mb(*pp)->next;
-	if (*pp && seq_le(tcp_mb(*pp)->seq, seq)) {
-		uint32_t e_end = tcp_mb(*pp)->seq + tcp_mb(*pp)->len;
-		if (seq_ge(e_end, seq + len)) {
-			NET_STAT_INC(st, tcp_dup_seg);
-			net_free(st, m);
-			return;
-		}
-		fp_mbuf_adj(m, e_end - seq);
-		len -= e_end - seq;
-		seq = e_end;
-		pp = &tcp_mb(*pp)->next;
-	}
-	while (*pp && seq_le(tcp_mb(*pp)->seq + tcp_mb(*pp)->len, seq + len)) {
-		struct fp_mbuf *old = *pp;
-		/* A queued FIN the new bytes cover stays only where the peer put it: at their
-		 * end. Data beyond it supersedes it (Linux drops the covered skb the same
-		 * way); carried to the new end it would be ACKed at a sequence number the
-		 * peer never sent a FIN at (found triaging the fuzz_stack crash below). */
-		if ((tcp_mb(old)->flags & TCP_MB_FIN) &&
-		    tcp_mb(old)->seq + tcp_mb(old)->len == seq + len)
-			fin = true;
-		*pp = tcp_mb(old)->next;
-		c->ooo_bytes -= tcp_mb(old)->len;
-		net_free(st, old);
-	}
-	if (*pp && seq_lt(tcp_mb(*pp)->seq, seq + len)) {
-		uint32_t cut = seq + len - tcp_mb(*pp)->seq;
-		fp_mbuf_trim(m, cut);
-		len -= cut;
-		fin = false;
-	}
-	struct tcp_mb *mb = tcp_mb(m);
-	memset(mb, 0, sizeof(*mb));
-	mb->seq = seq;
-	mb->len = (uint16_t)len;
-	mb->flags = fin ? TCP_MB_FIN : 0;
-	mb->next = *pp;
-	*pp = m;
-	c->ooo_bytes += len;
-	c->ooo_last = seq;
-}
-
-/* A FIN alone beyond rcv_nxt: kept as an empty out-of-order entry, so it need not be
- * retransmitted once the data before it arrives. One per conn, and never inside data
- * already queued (a peer that says otherwise is ignored). */
-static void ooo_fin(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf *m, uint32_t seq)
-{
-	struct fp_mbuf **pp = &c->ooo_head;
-
-	for (struct fp_mbuf *x = c->ooo_head; x; x = tcp_mb(x)->next) {
-		struct tcp_mb *xb = tcp_mb(x);
-		if ((xb->flags & TCP_MB_FIN) || seq_lt(seq, xb->seq + xb->len)) {
-			net_free(st, m);
-			return;
-		}
-		pp = &xb->next;
-	}
-	struct tcp_mb *mb = tcp_mb(m);
-	memset(mb, 0, sizeof(*mb));
-	mb->seq = seq;
-	mb->flags = TCP_MB_FIN;
-	*pp = m;
-	NET_STAT_INC(st, tcp_ooo_seg);
-}
-
 /* The ACK policy for in-order data (documented in tcp.h). */
 static void ack_policy(struct fp_stack *st, struct fp_tcp_conn *c, uint32_t len, bool had_ooo)
 {
@@ -616,46 +491,35 @@ static bool text(struct fp_stack *st, struct fp_tcp_conn *c, struct tcp_seg *s)
 	if (len == 0) {
 		if (fin && seq_gt(seq, c->rcv_nxt)) {
 			s->m = NULL;
-			ooo_fin(st, c, m, seq); /* a FIN that overtook the data */
+			tcp_ooo_fin(st, c, m, seq); /* a FIN that overtook the data */
 			c->flags |= TCP_CF_ACK_NOW;
 		}
 		return fin && seq == c->rcv_nxt;
 	}
 	s->m = NULL;
 	if (seq != c->rcv_nxt) {
-		ooo_insert(st, c, m, seq, len, fin);
+		tcp_ooo_insert(st, c, m, seq, len, fin);
 		c->flags |= TCP_CF_ACK_NOW; /* RFC 5681 §4.2: out of order, ACK at once */
 		return false;
 	}
-	deliver(st, c, m, len);
+	tcp_deliver(st, c, m, len);
 	/* A FIN here ends the stream at seq + len: what waits out of order lies beyond it
 	 * (or repeats bytes just delivered) and must not be delivered, nor the FIN be taken
 	 * after it, which would ACK a FIN at a sequence number the peer never sent it at
 	 * (found by fuzz_stack). fin_arrives() drops the queue. */
-	bool ooo_fin = had_ooo && !fin && ooo_drain(st, c);
+	bool ooo_fin = had_ooo && !fin && tcp_ooo_drain(st, c);
 	ack_policy(st, c, len, had_ooo);
 	return ooo_fin || fin;
 }
 
 /* ---- the eighth step: FIN ---- */
 
-/* Free the out-of-order queue. */
-static void ooo_purge(struct fp_stack *st, struct fp_tcp_conn *c)
-{
-	while (c->ooo_head) {
-		struct fp_mbuf *m = c->ooo_head;
-		c->ooo_head = tcp_mb(m)->next;
-		net_free(st, m);
-	}
-	c->ooo_bytes = 0;
-}
-
 static void fin_arrives(struct fp_stack *st, struct fp_tcp_conn *c)
 {
 	/* Nothing follows the FIN: whatever still waits out of order is beyond it (a
 	 * broken or hostile peer) and is dropped, not kept, SACKed or counted against the
 	 * window until close (Linux's tcp_fin() purges its queue too). */
-	ooo_purge(st, c);
+	tcp_ooo_purge(st, c);
 	c->rcv_nxt++;
 	c->flags |= TCP_CF_FIN_RCVD | TCP_CF_ACK_NOW;
 	tcp_event(st, c, FP_EV_TCP_EOF, 0, 0, NULL);

@@ -21,8 +21,7 @@ void tcp_timer_update(struct fp_stack *st, struct fp_tcp_conn *c)
 		fp_timer_cancel(&st->wheel, &c->timer);
 		return;
 	}
-	uint64_t tick = (t >> FP_TIMER_TICK_SHIFT) + ((t & (FP_TIMER_TICK_US - 1)) != 0);
-	if (fp_timer_pending(&c->timer) && c->timer.expire_tick <= tick)
+	if (fp_timer_pending(&c->timer) && c->timer.expire_tick <= fp_timer_tick_of(t))
 		return; /* fires no later than needed; it re-arms itself then */
 	fp_timer_add(&st->wheel, &c->timer, t);
 }

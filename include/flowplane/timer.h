@@ -74,6 +74,13 @@ static inline void fp_timer_init(struct fp_timer *t, fp_timer_fn fn)
 	t->fn = fn;
 }
 
+/* The tick a timer armed for @deadline_us expires at: ceil(deadline_us / 16). A caller
+ * can compare it with a pending timer's expire_tick to skip a re-arm that changes nothing. */
+static inline uint64_t fp_timer_tick_of(uint64_t deadline_us)
+{
+	return (deadline_us >> FP_TIMER_TICK_SHIFT) + ((deadline_us & (FP_TIMER_TICK_US - 1)) != 0);
+}
+
 /* True while @t is armed and has neither fired nor been cancelled. */
 static inline bool fp_timer_pending(const struct fp_timer *t) { return t->pprev != NULL; }
 
@@ -150,8 +157,7 @@ static inline void __fp_timer_file(struct fp_timer_wheel *w, struct fp_timer *t)
  */
 static inline void fp_timer_add(struct fp_timer_wheel *w, struct fp_timer *t, uint64_t deadline_us)
 {
-	uint64_t tick = (deadline_us >> FP_TIMER_TICK_SHIFT) +
-			((deadline_us & (FP_TIMER_TICK_US - 1)) != 0);
+	uint64_t tick = fp_timer_tick_of(deadline_us);
 
 	if (t->pprev)
 		__fp_timer_unlink(w, t);

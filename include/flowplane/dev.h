@@ -1,0 +1,112 @@
+/* dev.h: packet I/O backends behind one small ops table (AF_XDP, the in-process pair). */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <flowplane/mbuf.h>
+#include <flowplane/pool.h>
+#include <flowplane/wire.h>
+
+/*
+ * A device queue is one receive/transmit queue pair owned by one worker. Its buffers come
+ * from the queue's own pool (for AF_XDP the pool's data region is the UMEM, so a frame's
+ * UMEM address and its mbuf are one division apart); the worker's stack allocates from
+ * q->cache, so a frame it builds can be transmitted without a copy.
+ *
+ * The loop's use, all on the owning worker's thread:
+ *
+ *   n = q->ops->rx_burst(q, frames, B);   received frames; the caller owns them
+ *   k = q->ops->tx_burst(q, frames, n);   the device takes frames[0..k); the caller keeps
+ *                                         (and may retry or free) frames[k..n)
+ *   q->ops->reclaim(q);                   free what the device finished sending; top up
+ *                                         the receive buffers (AF_XDP: fill ring)
+ *   fd = q->ops->wait_fd(q);              poll() it for POLLIN to sleep until a frame
+ *                                         arrives; -1 when the device cannot sleep
+ */
+struct fp_devq;
+
+struct fp_dev_stats {
+	uint64_t rx_frames, rx_bytes, tx_frames, tx_bytes;
+	uint64_t rx_dropped;          /* device dropped: no buffer/ring full (AF_XDP: kernel's
+				       * XDP_STATISTICS rx_dropped + rx_ring_full) */
+	uint64_t rx_fill_empty;       /* polls that found no receive buffer posted */
+	uint64_t tx_full;             /* frames tx_burst refused (ring full) */
+	uint64_t tx_wakeups;          /* sendto() kicks (need_wakeup) */
+	uint64_t rx_wakeups;          /* recvfrom()/poll kicks for the fill ring */
+	uint64_t invalid_descs;       /* rx + tx invalid descriptors the kernel reported */
+};
+
+struct fp_dev_ops {
+	const char *name;
+	unsigned (*rx_burst)(struct fp_devq *q, struct fp_mbuf **out, unsigned max);
+	unsigned (*tx_burst)(struct fp_devq *q, struct fp_mbuf **frames, unsigned n);
+	unsigned (*reclaim)(struct fp_devq *q);   /* frames freed */
+	int (*wait_fd)(struct fp_devq *q);
+	unsigned (*rx_ready)(struct fp_devq *q);  /* frames waiting right now (queue depth) */
+	void (*stats)(struct fp_devq *q, struct fp_dev_stats *out);
+	void (*close)(struct fp_devq *q);         /* frees every buffer it holds, then q */
+};
+
+struct fp_devq {
+	const struct fp_dev_ops *ops;
+	struct fp_pool *pool;          /* the queue's buffers (for AF_XDP, over the UMEM) */
+	struct fp_pool_cache cache;    /* the owning worker's cache on @pool */
+	struct fp_eth_addr mac;        /* the interface's address */
+	uint16_t queue_id;
+	uint16_t mtu;                  /* the interface's IP MTU */
+	bool zerocopy;                 /* AF_XDP bound in zero-copy mode */
+	bool native;                   /* AF_XDP: the XDP program runs in driver (native) mode */
+};
+
+/* ---- AF_XDP ---- */
+
+enum fp_xdp_mode {
+	FP_XDP_AUTO = 0,   /* native; copy or zero-copy as the driver allows */
+	FP_XDP_NATIVE,     /* native only (fail if the driver has no XDP support) */
+	FP_XDP_SKB,        /* generic (skb) mode: works on any interface, slower */
+};
+
+struct fp_xdp_config {
+	const char *ifname;
+	uint32_t ipv4;            /* frames to this address (and ARP for it) go to flowplane;
+				   * everything else passes to the kernel */
+	enum fp_xdp_mode mode;
+	bool force_copy;          /* XDP_COPY even where zero-copy would work */
+	bool force_zerocopy;      /* XDP_ZEROCOPY or fail */
+	uint32_t frames;          /* UMEM frames per queue (default 4096) */
+	uint32_t frame_size;      /* 2048 or 4096 (default 2048) */
+	uint32_t ring_size;       /* rx, tx, fill and completion ring entries (default 2048) */
+	bool no_need_wakeup;      /* do not ask for XDP_USE_NEED_WAKEUP */
+};
+
+struct fp_xdp;  /* the interface: the XDP program and the socket map */
+
+/*
+ * Check privileges, find the interface, load the filter program and attach it.
+ * NULL on failure, with one line in @err saying what to do, and errno set:
+ *   EPERM   not root / no CAP_NET_ADMIN and CAP_BPF
+ *   ENODEV  no such interface
+ *   EOPNOTSUPP / other: XDP attach refused (the line names the flag to try)
+ */
+struct fp_xdp *fp_xdp_open(const struct fp_xdp_config *cfg, char *err, size_t errlen);
+
+/* Number of combined/rx queues the interface has. */
+unsigned fp_xdp_queues(const struct fp_xdp *x);
+
+/* Create the AF_XDP socket, UMEM and pool for queue @queue_id and register it with the
+ * program. NULL with @err (ERANGE: queue index out of range, naming the count). */
+struct fp_devq *fp_xdp_queue_open(struct fp_xdp *x, unsigned queue_id, char *err, size_t errlen);
+
+/* Detach the program (every queue must be closed first) and free @x. */
+void fp_xdp_close(struct fp_xdp *x);
+
+/* ---- pair: two in-process queues joined back to back (tests, unprivileged) ---- */
+
+/*
+ * Frames transmitted on one end arrive on the other, copied into the receiver's pool
+ * (like a NIC's DMA), through a ring, so the two ends may be driven by two threads.
+ * Each end has its own pool of @frames buffers of @frame_size bytes and a made-up MAC
+ * (02:00:00:00:00:0N). wait_fd is an eventfd the other end signals on transmit.
+ */
+int fp_pair_create(uint32_t frames, uint32_t frame_size, struct fp_devq *ends[2]);

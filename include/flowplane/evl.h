@@ -1,0 +1,95 @@
+/* evl.h: the event-callback layer over the native API (libix style): buffered writes, read callbacks, timers. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <flowplane/api.h>
+
+/*
+ * What most applications use. Each worker gets one struct fp_evl; each connection one
+ * struct fp_evl_conn, found from a condition's cookie in O(1).
+ *
+ * Reading: @read gets the connection's unconsumed bytes and returns how many it consumed.
+ * When nothing is left over from before, the bytes are the receive buffer itself (zero
+ * copy); only what a callback leaves unconsumed is copied aside, and the next segment is
+ * appended to it, so a parser always sees its pending request in one contiguous run, and a
+ * request that arrives whole is never copied. Consumed bytes go back to the transport
+ * (recv_done, reopening the window) at the end of the round.
+ *
+ * Writing: fp_evl_write() copies into the connection's output queue (fixed-size chunks, so
+ * memory never moves under a queued sendv). At the end of each round every connection with
+ * pending output gets one sendv (IX's coalescing); what the window did not take is sent
+ * again when a SENT condition says the window opened. Pending output is capped
+ * (max_pending, default 4 MiB): fp_evl_write() beyond it returns -ENOBUFS and writes
+ * nothing.
+ *
+ * Lifetime: @closed is called exactly once when the connection ends for a reason other than
+ * the application's own fp_evl_close/abort: the peer's EOF (status 0; writes made in the
+ * callback are still sent, then the connection closes) or death (-errno). After @closed
+ * returns, or after fp_evl_close()/fp_evl_abort(), the application must not touch @c again.
+ */
+
+struct fp_evl;
+struct fp_evl_conn;
+
+struct fp_evl_ops {
+	/* A new connection on a listener opened with fp_evl_listen(..., @larg). Return its
+	 * user pointer (non-NULL), or NULL to refuse it (it is closed). */
+	void *(*accept)(struct fp_evl_conn *c, void *larg);
+	/* fp_evl_connect() finished: 0, or -errno (then @c is gone after this returns). */
+	void (*connected)(struct fp_evl_conn *c, int status);
+	/* In-order bytes; return how many were consumed (the rest is shown again, with more). */
+	size_t (*read)(struct fp_evl_conn *c, const uint8_t *data, size_t len);
+	/* Every byte written so far has been taken by the transport (optional). */
+	void (*drained)(struct fp_evl_conn *c);
+	/* See "Lifetime" above. */
+	void (*closed)(struct fp_evl_conn *c, int status);
+	/* A datagram for a port bound with fp_evl_udp_bind (optional). */
+	void (*udp_recv)(struct fp_evl *evl, uint16_t lport, uint32_t raddr, uint16_t rport,
+			 const uint8_t *data, size_t len);
+	/* Runs on each worker before its loop: listen, connect, arm timers. 0 or -errno. */
+	int (*init)(struct fp_evl *evl, void *arg);
+	void (*fini)(struct fp_evl *evl);
+	size_t max_pending;          /* output bytes per connection; 0 = 4 MiB */
+};
+
+/* Fill @app so that fp_rt_run() runs @ops with @arg (@ops must outlive the run). */
+void fp_evl_app(struct fp_app *app, const struct fp_evl_ops *ops, void *arg);
+
+struct fp_ctx *fp_evl_ctx(struct fp_evl *evl);
+void *fp_evl_user(const struct fp_evl *evl);              /* per-worker application state */
+void fp_evl_set_user(struct fp_evl *evl, void *user);
+
+/* Listen on @port; accepted connections call ops->accept(c, @larg). Errors arrive later
+ * on the log and make the run stop with that status. */
+void fp_evl_listen(struct fp_evl *evl, uint16_t port, void *larg);
+
+/* Open a connection; ops->connected() follows. Returns the connection, or NULL (ENOMEM). */
+struct fp_evl_conn *fp_evl_connect(struct fp_evl *evl, uint32_t addr, uint16_t port, void *user);
+
+/* Copy @len bytes into @c's output. 0, -ENOBUFS (over max_pending: nothing written) or
+ * -EPIPE (closing or dead). */
+int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len);
+size_t fp_evl_pending(const struct fp_evl_conn *c);       /* bytes not yet taken */
+
+/* Close after the pending output has been taken (FIN follows it); @c is gone for the
+ * application at once. */
+void fp_evl_close(struct fp_evl_conn *c);
+/* Reset now, dropping pending output. */
+void fp_evl_abort(struct fp_evl_conn *c);
+
+void *fp_evl_conn_user(const struct fp_evl_conn *c);
+void fp_evl_conn_set_user(struct fp_evl_conn *c, void *user);
+struct fp_evl *fp_evl_of(const struct fp_evl_conn *c);
+uint32_t fp_evl_conn_raddr(const struct fp_evl_conn *c);
+uint16_t fp_evl_conn_rport(const struct fp_evl_conn *c);
+
+/* UDP: bind @port (datagrams go to ops->udp_recv); send copies @data (0 or -errno later on
+ * the log; a datagram is never partly sent). */
+void fp_evl_udp_bind(struct fp_evl *evl, uint16_t port);
+int fp_evl_udp_send(struct fp_evl *evl, uint16_t sport, uint32_t addr, uint16_t rport,
+		    const void *data, size_t len);
+
+/* Live connections on this worker (for leak checks and stats). */
+unsigned fp_evl_conns(const struct fp_evl *evl);

@@ -1,0 +1,90 @@
+/* rt.h: the per-core runtime: workers pinned to cores running IX's run-to-completion loop. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <flowplane/api.h>
+#include <flowplane/dev.h>
+#include <flowplane/net.h>
+
+/*
+ * fp_rt_run() starts one worker thread per core, each owning its device queue, stack,
+ * timers, buffer cache, condition and call arrays, and runs the application on every one
+ * until fp_ctx_stop() or SIGINT/SIGTERM. On the xdp transport each round of a worker is
+ * IX's loop (Fig. 1b):
+ *
+ *   1. poll RX (and top up the fill ring)
+ *   2. run at most @batch frames through the stack (adaptive: whatever is there, never
+ *      waiting for more)
+ *   3. hand the conditions to the application's handler
+ *   4. execute the calls it queued
+ *   5. run due timers (stack and application)
+ *   6. transmit
+ *   7. reclaim completed TX buffers
+ *
+ * and when a round finds nothing to do, the idle policy decides: keep polling (IX), or
+ * spin for @spin_us and then sleep in poll() on the device until a frame arrives or the
+ * next timer is due.
+ *
+ * On the kernel transport the same application runs over Linux sockets (epoll), one
+ * listening socket per worker (SO_REUSEPORT), unprivileged, as the baseline.
+ */
+
+enum fp_transport { FP_TRANSPORT_KERNEL = 0, FP_TRANSPORT_XDP, FP_TRANSPORT_PAIR };
+enum fp_idle { FP_IDLE_SLEEP = 0, FP_IDLE_POLL };
+
+#define FP_RT_MAX_WORKERS   64
+#define FP_RT_DEFAULT_BATCH 64
+#define FP_RT_MAX_BATCH     1024
+#define FP_RT_DEFAULT_SPIN_US 200
+
+struct fp_rt_config {
+	enum fp_transport transport;     /* default: kernel, or xdp when @ifname is set */
+	const char *ifname;              /* xdp: the interface */
+	uint32_t ipv4;                   /* xdp: our address; kernel: listen/bind address
+					  * (0 = any) */
+	uint8_t prefix_len;              /* xdp: default 24 */
+	uint32_t gateway;
+	unsigned n_workers;              /* default 1 */
+	int cores[FP_RT_MAX_WORKERS];    /* core of worker i; -1 = not pinned. Default: i */
+	bool cores_set;
+	unsigned queue_base;             /* xdp: worker i owns queue queue_base + i */
+	unsigned batch;                  /* B: frames per stack pass (default 64) */
+	enum fp_idle idle;
+	uint32_t spin_us;                /* FP_IDLE_SLEEP: spin this long before sleeping */
+	double rx_drop;                  /* fault injection: drop this fraction of received
+					  * frames before the stack (counted) */
+	uint64_t seed;                   /* for rx_drop; 0 = from the clock */
+	struct fp_xdp_config xdp;        /* ifname/ipv4 are copied from above */
+	struct fp_stack_config stack;    /* tunables (rcv_buf, max_conns, ...); addresses,
+					  * cache and queues are filled in per worker */
+	const char *stats_name;          /* shm segment /dev/shm/flowplane-<name>;
+					  * NULL = the pid; "" = none */
+	struct fp_devq *pair[FP_RT_MAX_WORKERS]; /* FP_TRANSPORT_PAIR: worker i's queue */
+	bool quiet;                      /* no startup line on stderr */
+};
+
+/* Defaults for everything (kernel transport, 1 worker on core 0, B = 64, sleep idle). */
+void fp_rt_config_init(struct fp_rt_config *cfg);
+
+/*
+ * Command-line options every flowplane application shares. @opt is the long option name
+ * without dashes ("net", "if", "ip", ...), @val its value. Returns 1 if taken, 0 if not a
+ * runtime option, -1 on a bad value (one line in @err).
+ */
+int fp_rt_option(struct fp_rt_config *cfg, const char *opt, const char *val,
+		 char *err, size_t errlen);
+
+/* The runtime options for --help, one per line, aligned to column 24. */
+extern const char fp_rt_options_help[];
+
+/* The names fp_rt_option() takes, for an application's getopt_long table (all take an
+ * argument), NULL-terminated. */
+extern const char *const fp_rt_option_names[];
+
+/*
+ * Run @app on every worker until stopped. Returns 0, the status given to fp_ctx_stop(), or
+ * -errno when startup failed (after printing one line saying what to do on stderr).
+ */
+int fp_rt_run(const struct fp_rt_config *cfg, const struct fp_app *app);

@@ -1,0 +1,102 @@
+/* rt_stats.h: the versioned shared-memory layout of per-worker statistics (runtime -> fp-stats, ctl). */
+#pragma once
+
+#include <stdint.h>
+
+#include <flowplane/compiler.h>
+
+/*
+ * One segment per run, /dev/shm/flowplane-<name>: a header, then n_workers records of
+ * worker_size bytes each (a reader uses worker_size, not sizeof, to step, so records may
+ * grow at the end without breaking older readers; any other change bumps the version).
+ *
+ * Each record has exactly one writer, its worker, which stores plain 64-bit values
+ * (atomic on x86-64); readers may see a round half-published, which for rates and
+ * histograms read a second apart does not matter. @seq is bumped once per published
+ * round, so a reader can tell a worker that stopped moving.
+ */
+#define FP_RT_STATS_MAGIC   0x7374706677u  /* "wfpst" */
+#define FP_RT_STATS_VERSION 1u
+
+#define FP_RT_BATCH_BUCKETS 65   /* frames per stack pass: 0..63 exact, 64+ in the last */
+#define FP_RT_LOG2_BUCKETS  32   /* bucket i counts values in [2^(i-1), 2^i), bucket 0: 0 */
+#define FP_RT_NET_MAX       96   /* room for the stack's counters (fp_net_stat_count) */
+
+/* Drop reasons the runtime itself counts (the stack's are in net[]). */
+#define FP_RT_DROPS(X) \
+	X(rx_injected)     /* --rx-drop fault injection */ \
+	X(tx_full)         /* device refused frames (ring full) after retry: freed */ \
+	X(dev_rx_dropped)  /* the kernel dropped frames for us (AF_XDP XDP_STATISTICS) */ \
+	X(dev_fill_empty)  /* polls that found the fill ring empty */ \
+	X(dev_invalid)     /* invalid descriptors */
+
+enum fp_rt_drop {
+#define FP_RT_DROP_ENUM(name) FP_RT_DROP_##name,
+	FP_RT_DROPS(FP_RT_DROP_ENUM)
+#undef FP_RT_DROP_ENUM
+	FP_RT_DROP_COUNT
+};
+
+struct fp_rt_stats_hdr {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t hdr_size;            /* offset of worker 0's record */
+	uint32_t worker_size;
+	uint32_t n_workers;
+	uint32_t batch_max;           /* B */
+	uint32_t net_count;           /* entries of net[] in use */
+	int32_t pid;
+	uint32_t idle_policy;         /* enum fp_idle */
+	char transport[16];           /* "xdp", "kernel", "pair" */
+	char ifname[32];
+	char app[32];
+	uint64_t start_unix_ns;
+	uint64_t tsc_hz;              /* for converting the cycle fields */
+	char net_names[FP_RT_NET_MAX][32]; /* names of net[] entries, in order */
+} fp_aligned_cache;
+
+struct fp_rt_worker_stats {
+	/* identity and liveness */
+	uint64_t seq;                 /* rounds published */
+	int32_t core;                 /* -1: not pinned */
+	uint32_t queue;
+	uint64_t now_unix_ns;         /* when last published */
+
+	/* the loop */
+	uint64_t iterations;          /* rounds */
+	uint64_t busy_cycles;         /* rounds that did work (TSC cycles) */
+	uint64_t idle_cycles;         /* rounds that found nothing, and sleeping */
+	uint64_t sleeps;              /* times the worker slept in poll() */
+	uint64_t rx_frames, rx_bytes, tx_frames, tx_bytes;
+	uint64_t conds, calls;        /* delivered to / executed for the application */
+	uint64_t app_ops, app_errors; /* fp_ctx_count() */
+	uint64_t drops[FP_RT_DROP_COUNT];
+
+	/* distributions */
+	uint64_t batch_hist[FP_RT_BATCH_BUCKETS];  /* frames per stack pass, busy rounds */
+	uint64_t rxq_hist[FP_RT_LOG2_BUCKETS];     /* frames waiting at each poll (log2) */
+	uint64_t loop_ns_hist[FP_RT_LOG2_BUCKETS]; /* busy round duration in ns (log2) */
+
+	/* the stack's counters (xdp and pair transports), copied every few ms */
+	uint64_t net[FP_RT_NET_MAX];
+	uint64_t tcp_conns;           /* control blocks in use */
+	uint64_t pool_in_use;         /* buffers out of the worker's pool */
+} fp_aligned_cache;
+
+/* Bucket of @v in a log2 histogram. */
+static inline unsigned fp_rt_log2_bucket(uint64_t v)
+{
+	unsigned b = v ? 64u - (unsigned)__builtin_clzll(v) : 0;
+	return b < FP_RT_LOG2_BUCKETS ? b : FP_RT_LOG2_BUCKETS - 1;
+}
+
+/* Map the segment /dev/shm/flowplane-<name> read-only; NULL with errno (ENOENT, EPROTO for
+ * a wrong magic/version). */
+const struct fp_rt_stats_hdr *fp_rt_stats_open(const char *name, size_t *size_out);
+
+static inline const struct fp_rt_worker_stats *
+fp_rt_stats_worker(const struct fp_rt_stats_hdr *h, unsigned i)
+{
+	return (const struct fp_rt_worker_stats *)((const char *)h + h->hdr_size +
+						   (size_t)i * h->worker_size);
+}

@@ -1,0 +1,203 @@
+/* api.c: the worker context behind api.h: call and condition arrays, the round, timers, stop. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <flowplane/compiler.h>
+#include <flowplane/log.h>
+
+#include "defs.h"
+
+#define RT_ARRAY_INIT 256
+
+uint64_t rt_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+uint64_t rt_unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int rt_ctx_init(struct fp_ctx *ctx, struct rt_run *run, unsigned worker,
+		const struct rt_transport_ops *tops, void *tp, uint64_t now_us)
+{
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->tops = tops;
+	ctx->tp = tp;
+	ctx->run = run;
+	ctx->worker = worker;
+	ctx->n_workers = run->cfg->n_workers;
+	ctx->now_us = now_us;
+	ctx->cap_calls = ctx->cap_rets = ctx->cap_conds = RT_ARRAY_INIT;
+	ctx->calls = calloc(ctx->cap_calls, sizeof(*ctx->calls));
+	ctx->rets = calloc(ctx->cap_rets, sizeof(*ctx->rets));
+	ctx->conds = calloc(ctx->cap_conds, sizeof(*ctx->conds));
+	if (!ctx->calls || !ctx->rets || !ctx->conds) {
+		rt_ctx_fini(ctx);
+		return -ENOMEM;
+	}
+	fp_timer_wheel_init(&ctx->timers, now_us);
+	ctx->stats = rt_stats_worker(run, worker);
+	if (!ctx->stats)
+		ctx->stats = &ctx->stats_local;
+	return 0;
+}
+
+void rt_ctx_fini(struct fp_ctx *ctx)
+{
+	free(ctx->calls);
+	free(ctx->rets);
+	free(ctx->conds);
+	ctx->calls = ctx->rets = NULL;
+	ctx->conds = NULL;
+}
+
+/* Double @*arr (of @*cap elements of @size bytes); aborts on ENOMEM: a worker that cannot
+ * grow its call array cannot keep its API's promise, and this is at most a few MB. */
+static void rt_grow(void **arr, unsigned *cap, size_t size)
+{
+	unsigned ncap = *cap * 2;
+	void *n = realloc(*arr, (size_t)ncap * size);
+
+	if (!n) {
+		log_err("rt: out of memory growing a worker array to %u entries", ncap);
+		abort();
+	}
+	memset((char *)n + (size_t)*cap * size, 0, (size_t)(ncap - *cap) * size);
+	*arr = n;
+	*cap = ncap;
+}
+
+struct fp_call *fp_call_push(struct fp_ctx *ctx, uint16_t type)
+{
+	struct fp_call *c;
+
+	if (fp_unlikely(ctx->n_calls == ctx->cap_calls))
+		rt_grow((void **)&ctx->calls, &ctx->cap_calls, sizeof(*ctx->calls));
+	c = &ctx->calls[ctx->n_calls++];
+	memset(c, 0, sizeof(*c));
+	c->type = type;
+	return c;
+}
+
+struct fp_cond *rt_cond_push(struct fp_ctx *ctx)
+{
+	struct fp_cond *c;
+
+	if (fp_unlikely(ctx->n_conds == ctx->cap_conds))
+		rt_grow((void **)&ctx->conds, &ctx->cap_conds, sizeof(*ctx->conds));
+	c = &ctx->conds[ctx->n_conds++];
+	memset(c, 0, sizeof(*c));
+	return c;
+}
+
+/*
+ * Execute the queued calls in order, in place, and make the array next round's returns
+ * (IX overwrites the call array with return codes). A call executed here may queue
+ * conditions (a failed connect), which go up in the next round.
+ */
+unsigned rt_ctx_flush(struct fp_ctx *ctx)
+{
+	unsigned n = ctx->n_calls, i;
+	struct fp_call *tmp;
+	unsigned tcap;
+
+	if (!n)
+		return 0;
+	for (i = 0; i < n; i++)
+		ctx->tops->exec(ctx, &ctx->calls[i]);
+	ctx->stats->calls += n;
+	if (ctx->n_rets) {
+		/* Returns not yet handed up (a timer's calls after a round's): append. */
+		while (ctx->n_rets + n > ctx->cap_rets)
+			rt_grow((void **)&ctx->rets, &ctx->cap_rets, sizeof(*ctx->rets));
+		memcpy(&ctx->rets[ctx->n_rets], ctx->calls, (size_t)n * sizeof(*ctx->calls));
+		ctx->n_rets += n;
+		ctx->n_calls = 0;
+		return n;
+	}
+	tmp = ctx->rets;
+	tcap = ctx->cap_rets;
+	ctx->rets = ctx->calls;
+	ctx->cap_rets = ctx->cap_calls;
+	ctx->n_rets = n;
+	ctx->calls = tmp;
+	ctx->cap_calls = tcap;
+	ctx->n_calls = 0;
+	return n;
+}
+
+unsigned rt_ctx_round(struct fp_ctx *ctx)
+{
+	const struct fp_app *app = ctx->run->app;
+	unsigned n_rets = ctx->n_rets;
+
+	if (!ctx->n_conds && !n_rets)
+		return rt_ctx_flush(ctx);
+	app->handle(ctx, ctx->conds, ctx->n_conds, ctx->rets, n_rets);
+	ctx->stats->conds += ctx->n_conds;
+	ctx->n_conds = 0;
+	/* The handler has seen these returns; the calls it queued replace them. */
+	ctx->n_rets = 0;
+	return rt_ctx_flush(ctx);
+}
+
+unsigned rt_ctx_timers(struct fp_ctx *ctx, uint64_t now_us)
+{
+	unsigned fired;
+
+	ctx->now_us = now_us;
+	fired = fp_timer_run(&ctx->timers, now_us);
+	if (ctx->n_calls)
+		rt_ctx_flush(ctx);
+	return fired;
+}
+
+uint64_t rt_ctx_next_us(const struct fp_ctx *ctx)
+{
+	return fp_timer_next_us(&ctx->timers);
+}
+
+/* ---- api.h accessors ---- */
+
+unsigned fp_ctx_worker(const struct fp_ctx *ctx) { return ctx->worker; }
+unsigned fp_ctx_workers(const struct fp_ctx *ctx) { return ctx->n_workers; }
+uint64_t fp_ctx_now_us(const struct fp_ctx *ctx) { return ctx->now_us; }
+const char *fp_ctx_transport(const struct fp_ctx *ctx) { return ctx->tops->name; }
+uint32_t fp_ctx_local_addr(const struct fp_ctx *ctx) { return ctx->local_addr; }
+void fp_ctx_set_user(struct fp_ctx *ctx, void *user) { ctx->user = user; }
+void *fp_ctx_user(const struct fp_ctx *ctx) { return ctx->user; }
+
+void fp_ctx_timer_add(struct fp_ctx *ctx, struct fp_timer *t, uint64_t deadline_us)
+{
+	fp_timer_add(&ctx->timers, t, deadline_us);
+}
+
+void fp_ctx_timer_cancel(struct fp_ctx *ctx, struct fp_timer *t)
+{
+	fp_timer_cancel(&ctx->timers, t);
+}
+
+void fp_ctx_stop(struct fp_ctx *ctx, int status)
+{
+	int zero = 0;
+
+	if (status)
+		atomic_compare_exchange_strong(&ctx->run->status, &zero, status);
+	atomic_store(&ctx->run->stop, true);
+}
+
+void fp_ctx_count(struct fp_ctx *ctx, uint64_t ops, uint64_t errors)
+{
+	ctx->stats->app_ops += ops;
+	ctx->stats->app_errors += errors;
+}

@@ -1,0 +1,108 @@
+/* defs.h: rt/'s private state: the worker context and the transport ops behind the native API. */
+#pragma once
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <flowplane/api.h>
+#include <flowplane/rt.h>
+#include <flowplane/rt_stats.h>
+#include <flowplane/timer.h>
+
+/*
+ * Which file owns what:
+ *   api.c     the context: call and condition arrays, the round (handler, then calls),
+ *             application timers, stop; shared by every transport
+ *   run.c     fp_rt_run(): options, startup steps, threads, pinning, signals, stats segment
+ *   worker.c  the xdp/pair transport: IX's loop over a device queue and a stack, and the
+ *             calls mapped onto net.h
+ *   kernel.c  the kernel transport: the same API over Linux sockets with epoll
+ *   stats.c   the shared-memory segment (create, publish, open for readers)
+ *   evl.c     the event-callback layer over api.h
+ */
+
+struct fp_ctx;
+
+/* A transport executes calls; conditions it produces go through rt_cond_push(). */
+struct rt_transport_ops {
+	const char *name;
+	void (*exec)(struct fp_ctx *ctx, struct fp_call *c);   /* run @c, set c->ret */
+};
+
+/* Everything a run shares between its workers (read-only after start, except @stop). */
+struct rt_run {
+	const struct fp_rt_config *cfg;
+	const struct fp_app *app;
+	atomic_bool stop;
+	atomic_int status;            /* first nonzero fp_ctx_stop() status */
+	struct fp_rt_stats_hdr *stats_hdr;  /* NULL when no segment */
+	size_t stats_size;
+};
+
+struct fp_ctx {
+	const struct rt_transport_ops *tops;
+	void *tp;                     /* the transport's per-worker state */
+	struct rt_run *run;
+	unsigned worker, n_workers;
+	uint64_t now_us;
+	uint32_t local_addr;
+
+	struct fp_call *calls;        /* queued by the handler */
+	unsigned n_calls, cap_calls;
+	struct fp_call *rets;         /* executed last round, handed up in this one */
+	unsigned n_rets, cap_rets;
+	struct fp_cond *conds;        /* filled by the transport */
+	unsigned n_conds, cap_conds;
+
+	struct fp_timer_wheel timers; /* the application's */
+	void *user;
+	struct fp_rt_worker_stats *stats;  /* this worker's record (a private one when no
+					    * segment), never NULL */
+	struct fp_rt_worker_stats stats_local;
+};
+
+/* Set up / tear down @ctx's arrays and timers; 0 or -ENOMEM. */
+int rt_ctx_init(struct fp_ctx *ctx, struct rt_run *run, unsigned worker,
+		const struct rt_transport_ops *tops, void *tp, uint64_t now_us);
+void rt_ctx_fini(struct fp_ctx *ctx);
+
+/* A slot for one more condition (the array grows); never NULL. */
+struct fp_cond *rt_cond_push(struct fp_ctx *ctx);
+
+/*
+ * One application round: if there are conditions or returns, call the handler, then
+ * execute every queued call in order; the executed calls become next round's returns.
+ * Returns the number of calls executed.
+ */
+unsigned rt_ctx_round(struct fp_ctx *ctx);
+
+/* Run the application's due timers at @now_us, then execute what they queued (their
+ * returns go up with the next round). Returns timers fired. */
+unsigned rt_ctx_timers(struct fp_ctx *ctx, uint64_t now_us);
+
+/* Earliest application timer, UINT64_MAX when none. */
+uint64_t rt_ctx_next_us(const struct fp_ctx *ctx);
+
+/* Calls queued and not yet executed (a timer or init queued some): run them now. */
+unsigned rt_ctx_flush(struct fp_ctx *ctx);
+
+static inline bool rt_ctx_stopping(const struct fp_ctx *ctx)
+{
+	return atomic_load_explicit(&ctx->run->stop, memory_order_relaxed);
+}
+
+/* The transports' worker bodies: run the loop until the run stops; 0 or -errno. Each sets
+ * up its own state, calls app->init, loops, calls app->fini, tears down. */
+int rt_worker_xdp(struct rt_run *run, unsigned worker, struct fp_xdp *x);
+int rt_worker_pair(struct rt_run *run, unsigned worker, struct fp_devq *q);
+int rt_worker_kernel(struct rt_run *run, unsigned worker);
+
+/* Stats segment (stats.c). */
+int rt_stats_create(struct rt_run *run, const char *name, char *err, size_t errlen);
+void rt_stats_destroy(struct rt_run *run, const char *name);
+struct fp_rt_worker_stats *rt_stats_worker(struct rt_run *run, unsigned worker);
+
+/* Monotonic microseconds (the loops' clock) and Unix nanoseconds. */
+uint64_t rt_now_us(void);
+uint64_t rt_unix_ns(void);

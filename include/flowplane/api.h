@@ -107,6 +107,8 @@ struct fp_app {
 		       const struct fp_call *rets, unsigned n_rets);
 	void (*fini)(struct fp_ctx *ctx);
 	void *arg;
+	const void *layer;          /* a layer's own table (evl.c keeps its fp_evl_ops here,
+				     * since @arg is the application's); NULL otherwise */
 };
 
 /* ---- batched calls: queued now, executed in order when the handler returns ---- */

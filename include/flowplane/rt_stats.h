@@ -97,6 +97,8 @@ const struct fp_rt_stats_hdr *fp_rt_stats_open(const char *name, size_t *size_ou
 static inline const struct fp_rt_worker_stats *
 fp_rt_stats_worker(const struct fp_rt_stats_hdr *h, unsigned i)
 {
-	return (const struct fp_rt_worker_stats *)((const char *)h + h->hdr_size +
-						   (size_t)i * h->worker_size);
+	/* hdr_size and worker_size are multiples of the cache line (the writer sets them). */
+	const void *p = (const char *)h + h->hdr_size + (size_t)i * h->worker_size;
+
+	return (const struct fp_rt_worker_stats *)p;
 }

@@ -38,6 +38,12 @@ struct rt_run {
 	atomic_int status;            /* first nonzero fp_ctx_stop() status */
 	struct fp_rt_stats_hdr *stats_hdr;  /* NULL when no segment */
 	size_t stats_size;
+	int wake_fd;                  /* eventfd written once the run stops, so sleeping
+				       * workers and the main thread notice at once; -1: none */
+	atomic_uint n_ready;          /* workers past setup (app->init done), for the
+				       * startup line; the xdp/pair workers count them */
+	atomic_uint n_zerocopy;       /* xdp queues bound zero-copy / in native mode */
+	atomic_uint n_native;
 };
 
 struct fp_ctx {
@@ -97,6 +103,10 @@ static inline bool rt_ctx_stopping(const struct fp_ctx *ctx)
 int rt_worker_xdp(struct rt_run *run, unsigned worker, struct fp_xdp *x);
 int rt_worker_pair(struct rt_run *run, unsigned worker, struct fp_devq *q);
 int rt_worker_kernel(struct rt_run *run, unsigned worker);
+
+/* Wake everything that sleeps on run->wake_fd (a worker leaving its loop calls it, so
+ * an fp_ctx_stop() anywhere reaches sleeping workers and the main thread). run.c. */
+void rt_run_wake(struct rt_run *run);
 
 /* Stats segment (stats.c). */
 int rt_stats_create(struct rt_run *run, const char *name, char *err, size_t errlen);

@@ -1,2 +1,716 @@
-/* run.c: placeholder until its helper lands. */
-typedef int fp_placeholder_t;
+/* run.c: fp_rt_run(): the runtime's options, startup steps, worker threads, pinning and signals. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <flowplane/clock.h>
+
+#include "defs.h"
+
+/* ---- configuration ---- */
+
+void fp_rt_config_init(struct fp_rt_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->transport = FP_TRANSPORT_KERNEL;
+	cfg->prefix_len = 24;
+	cfg->n_workers = 1;
+	for (unsigned i = 0; i < FP_RT_MAX_WORKERS; i++)
+		cfg->cores[i] = (int)i;
+	cfg->batch = FP_RT_DEFAULT_BATCH;
+	cfg->idle = FP_IDLE_SLEEP;
+	cfg->spin_us = FP_RT_DEFAULT_SPIN_US;
+	cfg->xdp.mode = FP_XDP_AUTO;
+}
+
+const char fp_rt_options_help[] =
+	"  --net kernel|xdp      transport: Linux sockets (default) or AF_XDP (root)\n"
+	"  --if IFNAME           interface for AF_XDP (implies --net xdp)\n"
+	"  --ip A.B.C.D[/N]      our address (xdp: required, prefix default 24)\n"
+	"  --gw A.B.C.D          next hop for addresses off the subnet\n"
+	"  --workers N           worker threads, one per core (default 1)\n"
+	"  --cores LIST          cores to pin workers to: 0,2 or 0-3 (default 0..N-1)\n"
+	"  --queue-base Q        xdp: worker i owns queue Q+i (default 0)\n"
+	"  --batch B             frames per stack pass, 1..1024 (default 64)\n"
+	"  --idle poll|sleep     when idle: keep polling, or spin then sleep (default)\n"
+	"  --spin-us US          sleep policy: spin this long before sleeping (200)\n"
+	"  --xdp-mode MODE       auto, native or skb (default auto)\n"
+	"  --xdp-copy yes|no     xdp: force copy mode\n"
+	"  --xdp-zerocopy yes|no xdp: require zero-copy mode (fail without it)\n"
+	"  --umem-frames N       xdp: UMEM frames per queue (default 4096)\n"
+	"  --rx-drop P           drop this fraction (0..1) of received frames (tests)\n"
+	"  --seed N              seed for --rx-drop (default: from the clock)\n"
+	"  --rcv-buf BYTES       TCP receive window per connection (default 256K)\n"
+	"  --max-conns N         TCP connections per worker (default 65536)\n"
+	"  --stats NAME|none     stats segment /dev/shm/flowplane-NAME (default: pid)\n";
+
+const char *const fp_rt_option_names[] = {
+	"net", "if", "ip", "gw", "workers", "cores", "queue-base", "batch", "idle", "spin-us",
+	"xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed", "rcv-buf",
+	"max-conns", "stats", NULL,
+};
+
+/* Unsigned decimal (or 0x hex) in [lo, hi], with an optional K/M/G suffix when @scaled. */
+static int opt_u64(const char *opt, const char *val, uint64_t lo, uint64_t hi, bool scaled,
+		   uint64_t *out, char *err, size_t errlen)
+{
+	char *end;
+	uint64_t v;
+
+	errno = 0;
+	v = strtoull(val, &end, 0);
+	if (scaled && end != val && *end && !end[1]) {
+		unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 :
+				 *end == 'G' || *end == 'g' ? 30 : 0;
+		if (shift && v <= (UINT64_MAX >> shift)) {
+			v <<= shift;
+			end++;
+		}
+	}
+	if (errno || end == val || *end || *val == '-' || v < lo || v > hi) {
+		snprintf(err, errlen, "--%s: '%s' is not a number in %" PRIu64 "..%" PRIu64, opt,
+			 val, lo, hi);
+		return -1;
+	}
+	*out = v;
+	return 1;
+}
+
+/* "A.B.C.D" or, when @prefix is not NULL, "A.B.C.D/N"; host order. */
+static int opt_ipv4(const char *opt, const char *val, uint32_t *addr, uint8_t *prefix,
+		    char *err, size_t errlen)
+{
+	char buf[32];
+	const char *slash = strchr(val, '/');
+	size_t len = slash ? (size_t)(slash - val) : strlen(val);
+	struct in_addr a;
+	uint64_t p = 0;
+
+	if (len >= sizeof(buf) || (slash && !prefix))
+		goto bad;
+	memcpy(buf, val, len);
+	buf[len] = '\0';
+	if (inet_pton(AF_INET, buf, &a) != 1)
+		goto bad;
+	if (slash && opt_u64(opt, slash + 1, 1, 32, false, &p, err, errlen) < 0)
+		goto bad;
+	*addr = ntohl(a.s_addr);
+	if (slash)
+		*prefix = (uint8_t)p;
+	return 1;
+bad:
+	snprintf(err, errlen, "--%s: '%s' is not an IPv4 address%s", opt, val,
+		 prefix ? " (A.B.C.D or A.B.C.D/N)" : " (A.B.C.D)");
+	return -1;
+}
+
+/* Which of @words (NULL-terminated) @val is; -1 with a message listing them. */
+static int opt_word(const char *opt, const char *val, const char *const *words, char *err,
+		    size_t errlen)
+{
+	char list[96] = "";
+
+	for (int i = 0; words[i]; i++) {
+		if (!strcmp(val, words[i]))
+			return i;
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
+			 words[i]);
+	}
+	snprintf(err, errlen, "--%s: '%s' is not one of %s", opt, val, list);
+	return -1;
+}
+
+static int opt_bool(const char *opt, const char *val, bool *out, char *err, size_t errlen)
+{
+	static const char *const words[] = { "no", "yes", "0", "1", "false", "true", "off", "on",
+					     NULL };
+	int w = opt_word(opt, val, words, err, errlen);
+
+	if (w < 0)
+		return -1;
+	*out = w & 1;
+	return 1;
+}
+
+/* "0,2,5" or "0-3" or both mixed. */
+static int opt_cores(struct fp_rt_config *cfg, const char *val, char *err, size_t errlen)
+{
+	const char *p = val;
+	unsigned n = 0;
+
+	while (*p) {
+		char *end;
+		long a = strtol(p, &end, 10), b = a;
+		if (end == p || a < 0)
+			goto bad;
+		if (*end == '-') {
+			p = end + 1;
+			b = strtol(p, &end, 10);
+			if (end == p || b < a)
+				goto bad;
+		}
+		for (long c = a; c <= b; c++) {
+			if (n == FP_RT_MAX_WORKERS || c >= CPU_SETSIZE)
+				goto bad;
+			cfg->cores[n++] = (int)c;
+		}
+		if (*end && *end != ',')
+			goto bad;
+		p = *end ? end + 1 : end;
+	}
+	if (!n)
+		goto bad;
+	cfg->cores_set = true;
+	cfg->n_cores = n;
+	if (!cfg->workers_set)
+		cfg->n_workers = n;
+	return 1;
+bad:
+	snprintf(err, errlen, "--cores: '%s' is not a list of cores like 0,2 or 0-3 (at most %d)",
+		 val, FP_RT_MAX_WORKERS);
+	return -1;
+}
+
+static int opt_stats(struct fp_rt_config *cfg, const char *val, char *err, size_t errlen)
+{
+	size_t len = strlen(val);
+
+	if (!strcmp(val, "none")) {
+		cfg->stats_name = "";
+		return 1;
+	}
+	if (!len || len > 64 || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					  "0123456789._-") != len || val[0] == '.') {
+		snprintf(err, errlen, "--stats: '%s' is not a name of 1..64 letters, digits, '.', "
+			 "'_' or '-' (or none)", val);
+		return -1;
+	}
+	cfg->stats_name = val;
+	return 1;
+}
+
+static int opt_rx_drop(struct fp_rt_config *cfg, const char *val, char *err, size_t errlen)
+{
+	char *end;
+	double p;
+
+	errno = 0;
+	p = strtod(val, &end);
+	if (errno || end == val || *end || !(p >= 0.0 && p <= 1.0)) {
+		snprintf(err, errlen, "--rx-drop: '%s' is not a fraction in 0..1", val);
+		return -1;
+	}
+	cfg->rx_drop = p;
+	return 1;
+}
+
+/* The options that are plain numbers: where each goes and its range. */
+static int opt_number(struct fp_rt_config *cfg, const char *opt, const char *val, char *err,
+		      size_t errlen)
+{
+	uint64_t v;
+	int r;
+
+#define NUM(name, lo, hi, scaled, stmt)                                              \
+	if (!strcmp(opt, name)) {                                                     \
+		if ((r = opt_u64(opt, val, lo, hi, scaled, &v, err, errlen)) > 0) { stmt; } \
+		return r;                                                             \
+	}
+	NUM("workers", 1, FP_RT_MAX_WORKERS, false,
+	    (cfg->n_workers = (unsigned)v, cfg->workers_set = true))
+	NUM("queue-base", 0, 4095, false, cfg->queue_base = (unsigned)v)
+	NUM("batch", 1, FP_RT_MAX_BATCH, false, cfg->batch = (unsigned)v)
+	NUM("spin-us", 0, 10000000, false, cfg->spin_us = (uint32_t)v)
+	NUM("umem-frames", 64, 1u << 20, true, cfg->xdp.frames = (uint32_t)v)
+	NUM("seed", 0, UINT64_MAX, false, cfg->seed = v)
+	NUM("rcv-buf", 4096, 1u << 30, true, cfg->stack.rcv_buf = (uint32_t)v)
+	NUM("max-conns", 1, 1u << 24, true, cfg->stack.max_conns = (uint32_t)v)
+#undef NUM
+	return 0;
+}
+
+/* The options that are words or addresses. */
+static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val, char *err,
+		     size_t errlen)
+{
+	static const char *const nets[] = { "kernel", "xdp", NULL };
+	static const char *const idles[] = { "sleep", "poll", NULL };     /* enum fp_idle */
+	static const char *const modes[] = { "auto", "native", "skb", NULL }; /* fp_xdp_mode */
+	int w;
+
+	if (!strcmp(opt, "net")) {
+		if ((w = opt_word(opt, val, nets, err, errlen)) < 0)
+			return -1;
+		cfg->transport = (enum fp_transport)w;
+		cfg->transport_set = true;
+		return 1;
+	}
+	if (!strcmp(opt, "idle")) {
+		if ((w = opt_word(opt, val, idles, err, errlen)) < 0)
+			return -1;
+		cfg->idle = (enum fp_idle)w;
+		return 1;
+	}
+	if (!strcmp(opt, "xdp-mode")) {
+		if ((w = opt_word(opt, val, modes, err, errlen)) < 0)
+			return -1;
+		cfg->xdp.mode = (enum fp_xdp_mode)w;
+		return 1;
+	}
+	if (!strcmp(opt, "xdp-copy"))
+		return opt_bool(opt, val, &cfg->xdp.force_copy, err, errlen);
+	if (!strcmp(opt, "xdp-zerocopy"))
+		return opt_bool(opt, val, &cfg->xdp.force_zerocopy, err, errlen);
+	if (!strcmp(opt, "ip"))
+		return opt_ipv4(opt, val, &cfg->ipv4, &cfg->prefix_len, err, errlen);
+	if (!strcmp(opt, "gw"))
+		return opt_ipv4(opt, val, &cfg->gateway, NULL, err, errlen);
+	if (!strcmp(opt, "cores"))
+		return opt_cores(cfg, val, err, errlen);
+	if (!strcmp(opt, "stats"))
+		return opt_stats(cfg, val, err, errlen);
+	if (!strcmp(opt, "rx-drop"))
+		return opt_rx_drop(cfg, val, err, errlen);
+	return 0;
+}
+
+int fp_rt_option(struct fp_rt_config *cfg, const char *opt, const char *val, char *err,
+		 size_t errlen)
+{
+	int r;
+
+	if (!val) {
+		snprintf(err, errlen, "--%s needs a value", opt);
+		return -1;
+	}
+	if (!strcmp(opt, "if")) {
+		if (!*val || strlen(val) >= 16) {
+			snprintf(err, errlen, "--if: '%s' is not an interface name", val);
+			return -1;
+		}
+		cfg->ifname = val;
+		if (!cfg->transport_set)
+			cfg->transport = FP_TRANSPORT_XDP;
+		return 1;
+	}
+	if ((r = opt_number(cfg, opt, val, err, errlen)) != 0)
+		return r;
+	return opt_other(cfg, opt, val, err, errlen);
+}
+
+/* ---- a run: startup steps, threads, waiting ---- */
+
+struct rt_start;
+
+struct rt_thread {
+	struct rt_start *s;
+	unsigned worker;
+	pthread_t tid;
+};
+
+struct rt_start {
+	struct rt_run run;
+	struct fp_rt_config cfg;          /* the caller's, checked and completed */
+	struct fp_xdp *xdp;
+	int sig_fd;
+	sigset_t old_mask;
+	unsigned n_threads;
+	struct rt_thread threads[FP_RT_MAX_WORKERS];
+	char err[256];
+};
+
+static void rt_fail_status(struct rt_run *run, int status)
+{
+	int zero = 0;
+
+	atomic_compare_exchange_strong(&run->status, &zero, status);
+	atomic_store(&run->stop, true);
+	rt_run_wake(run);
+}
+
+void rt_run_wake(struct rt_run *run)
+{
+	uint64_t one = 1;
+
+	if (run->wake_fd >= 0 && write(run->wake_fd, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the counter is already full of wake-ups; nothing to add */
+	}
+}
+
+/* Step "config": what every transport needs before anything is opened. */
+static int step_config(struct rt_start *s)
+{
+	struct fp_rt_config *c = &s->cfg;
+
+	if (c->n_workers < 1 || c->n_workers > FP_RT_MAX_WORKERS)
+		return snprintf(s->err, sizeof(s->err), "%u workers: use --workers 1..%d",
+				c->n_workers, FP_RT_MAX_WORKERS), -EINVAL;
+	if (c->n_cores && c->n_cores < c->n_workers)
+		return snprintf(s->err, sizeof(s->err), "--cores lists %u cores for %u workers; "
+				"list one per worker", c->n_cores, c->n_workers), -EINVAL;
+	if (c->batch < 1 || c->batch > FP_RT_MAX_BATCH)
+		return snprintf(s->err, sizeof(s->err), "batch %u: use --batch 1..%d", c->batch,
+				FP_RT_MAX_BATCH), -EINVAL;
+	if (!(c->rx_drop >= 0.0 && c->rx_drop <= 1.0))
+		return snprintf(s->err, sizeof(s->err), "use --rx-drop 0..1"), -EINVAL;
+	if (c->transport == FP_TRANSPORT_XDP) {
+		if (!c->ifname)
+			return snprintf(s->err, sizeof(s->err), "the xdp transport needs an "
+					"interface: add --if IFNAME"), -EINVAL;
+		if (c->xdp.force_copy && c->xdp.force_zerocopy)
+			return snprintf(s->err, sizeof(s->err), "--xdp-copy and --xdp-zerocopy "
+					"exclude each other: pick one"), -EINVAL;
+		c->xdp.ifname = c->ifname;
+		c->xdp.ipv4 = c->ipv4;
+	}
+	if (c->transport != FP_TRANSPORT_KERNEL && !c->ipv4)
+		return snprintf(s->err, sizeof(s->err), "the %s transport needs our address: add "
+				"--ip A.B.C.D/N", c->transport == FP_TRANSPORT_XDP ? "xdp" : "pair"),
+		       -EINVAL;
+	for (unsigned i = 0; c->transport == FP_TRANSPORT_PAIR && i < c->n_workers; i++)
+		if (!c->pair[i])
+			return snprintf(s->err, sizeof(s->err), "the pair transport needs "
+					"cfg->pair[%u] (fp_pair_create) for worker %u", i, i), -EINVAL;
+	return 0;
+}
+
+/* "0-1,4" from a CPU set, for messages. */
+static void cpuset_str(const cpu_set_t *set, char *out, size_t len)
+{
+	size_t pos = 0;
+
+	out[0] = '\0';
+	for (int c = 0; c < CPU_SETSIZE && pos < len; c++) {
+		if (!CPU_ISSET(c, set) || (c > 0 && CPU_ISSET(c - 1, set)))
+			continue;
+		int e = c;
+		while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, set))
+			e++;
+		pos += (size_t)snprintf(out + pos, len - pos, e > c ? "%s%d-%d" : "%s%d",
+					pos ? "," : "", c, e);
+	}
+}
+
+/* Step "cores": every core a worker is pinned to must exist and be ours to use. */
+static int step_cores(struct rt_start *s)
+{
+	cpu_set_t allowed;
+	char list[128];
+
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+		return snprintf(s->err, sizeof(s->err), "sched_getaffinity: %s", strerror(errno)),
+		       -errno;
+	for (unsigned i = 0; i < s->cfg.n_workers; i++) {
+		int c = s->cfg.cores[i];
+		if (c < 0 || (c < CPU_SETSIZE && CPU_ISSET(c, &allowed)))
+			continue;
+		cpuset_str(&allowed, list, sizeof(list));
+		return snprintf(s->err, sizeof(s->err), "worker %u: core %d does not exist or is "
+				"not ours (usable: %s); fix --cores or --workers", i, c, list),
+		       -EINVAL;
+	}
+	return 0;
+}
+
+/* Step "clock": the cycle counters in the stats are converted with the TSC rate. */
+static int step_clock(struct rt_start *s)
+{
+	(void)s;
+	if (!fp_tsc.tsc0)
+		fp_tsc_calibrate(10000);  /* -ENODEV (not invariant) still gives a usable rate */
+	return 0;
+}
+
+static int step_stats(struct rt_start *s)
+{
+	return rt_stats_create(&s->run, s->cfg.stats_name, s->err, sizeof(s->err));
+}
+
+static void step_stats_down(struct rt_start *s)
+{
+	rt_stats_destroy(&s->run, s->cfg.stats_name);
+}
+
+static int step_wake(struct rt_start *s)
+{
+	s->run.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->run.wake_fd < 0)
+		return snprintf(s->err, sizeof(s->err), "eventfd: %s", strerror(errno)), -errno;
+	return 0;
+}
+
+static void step_wake_down(struct rt_start *s)
+{
+	close(s->run.wake_fd);
+	s->run.wake_fd = -1;
+}
+
+/* Step "signals": workers inherit a mask without SIGINT/SIGTERM; the main thread reads
+ * them from a signalfd, so no handler ever runs on a worker in the middle of a round. */
+static int step_signals(struct rt_start *s)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, &s->old_mask);
+	s->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (s->sig_fd < 0) {
+		int err = -errno;
+		pthread_sigmask(SIG_SETMASK, &s->old_mask, NULL);
+		return snprintf(s->err, sizeof(s->err), "signalfd: %s", strerror(-err)), err;
+	}
+	return 0;
+}
+
+static void step_signals_down(struct rt_start *s)
+{
+	close(s->sig_fd);
+	pthread_sigmask(SIG_SETMASK, &s->old_mask, NULL);
+}
+
+/* Step "xdp": attach the program once; each worker opens its own queue on its thread. */
+static int step_xdp(struct rt_start *s)
+{
+	if (s->cfg.transport != FP_TRANSPORT_XDP)
+		return 0;
+	s->xdp = fp_xdp_open(&s->cfg.xdp, s->err, sizeof(s->err));
+	if (!s->xdp)
+		return errno ? -errno : -EIO;
+	unsigned nq = fp_xdp_queues(s->xdp);
+	if (s->cfg.queue_base + s->cfg.n_workers > nq) {
+		snprintf(s->err, sizeof(s->err), "%s has %u queues; --queue-base %u with %u "
+			 "workers needs %u (ethtool -L %s combined N)", s->cfg.ifname, nq,
+			 s->cfg.queue_base, s->cfg.n_workers, s->cfg.queue_base + s->cfg.n_workers,
+			 s->cfg.ifname);
+		fp_xdp_close(s->xdp);
+		s->xdp = NULL;
+		return -ERANGE;
+	}
+	return 0;
+}
+
+static void step_xdp_down(struct rt_start *s)
+{
+	if (s->xdp)
+		fp_xdp_close(s->xdp);
+	s->xdp = NULL;
+}
+
+static void *rt_thread_main(void *arg)
+{
+	struct rt_thread *t = arg;
+	struct rt_run *run = &t->s->run;
+	int ret;
+
+	switch (t->s->cfg.transport) {
+	case FP_TRANSPORT_XDP:
+		ret = rt_worker_xdp(run, t->worker, t->s->xdp);
+		break;
+	case FP_TRANSPORT_PAIR:
+		ret = rt_worker_pair(run, t->worker, t->s->cfg.pair[t->worker]);
+		break;
+	default:
+		ret = rt_worker_kernel(run, t->worker);
+		break;
+	}
+	if (ret)
+		rt_fail_status(run, ret);
+	rt_run_wake(run);
+	return NULL;
+}
+
+static int rt_thread_start(struct rt_start *s, unsigned i)
+{
+	struct rt_thread *t = &s->threads[i];
+	pthread_attr_t attr;
+	char name[16];
+	int err;
+
+	t->s = s;
+	t->worker = i;
+	pthread_attr_init(&attr);
+	if (s->cfg.cores[i] >= 0) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(s->cfg.cores[i], &set);
+		pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+	}
+	err = pthread_create(&t->tid, &attr, rt_thread_main, t);
+	pthread_attr_destroy(&attr);
+	if (err)
+		return snprintf(s->err, sizeof(s->err), "worker %u: pthread_create: %s", i,
+				strerror(err)), -err;
+	snprintf(name, sizeof(name), "fp-w%u", i);
+	pthread_setname_np(t->tid, name);
+	return 0;
+}
+
+static void step_workers_down(struct rt_start *s)
+{
+	atomic_store(&s->run.stop, true);
+	rt_run_wake(&s->run);
+	for (unsigned i = 0; i < s->n_threads; i++)
+		pthread_join(s->threads[i].tid, NULL);
+	s->n_threads = 0;
+}
+
+static int step_workers(struct rt_start *s)
+{
+	int err;
+
+	for (unsigned i = 0; i < s->cfg.n_workers; i++) {
+		if ((err = rt_thread_start(s, i))) {
+			step_workers_down(s);
+			return err;
+		}
+		s->n_threads++;
+	}
+	return 0;
+}
+
+/* Startup, in order; on failure the steps already up come down in reverse. */
+static const struct rt_step {
+	const char *name;
+	int (*up)(struct rt_start *s);     /* 0, or -errno with s->err saying what to do */
+	void (*down)(struct rt_start *s);
+} rt_steps[] = {
+	{ "config",  step_config,  NULL },
+	{ "cores",   step_cores,   NULL },
+	{ "clock",   step_clock,   NULL },
+	{ "stats",   step_stats,   step_stats_down },
+	{ "wake",    step_wake,    step_wake_down },
+	{ "signals", step_signals, step_signals_down },
+	{ "xdp",     step_xdp,     step_xdp_down },
+	{ "workers", step_workers, step_workers_down },
+};
+
+static void rt_steps_down(struct rt_start *s, size_t n_up)
+{
+	while (n_up--)
+		if (rt_steps[n_up].down)
+			rt_steps[n_up].down(s);
+}
+
+/* "0,1" or "unpinned" for the startup line. */
+static void cores_str(const struct fp_rt_config *c, char *out, size_t len)
+{
+	size_t pos = 0;
+
+	out[0] = '\0';
+	for (unsigned i = 0; i < c->n_workers && pos < len; i++)
+		pos += (size_t)snprintf(out + pos, len - pos, c->cores[i] < 0 ? "%s-" : "%s%d",
+					i ? "," : "", c->cores[i]);
+}
+
+/* Transport-specific part of the startup line. */
+static void summary_net(struct rt_start *s, char *out, size_t len)
+{
+	const struct fp_rt_config *c = &s->cfg;
+	static const char *const modes[] = { "auto", "native", "skb" };
+	char ip[INET_ADDRSTRLEN];
+	struct in_addr a = { htonl(c->ipv4) };
+	unsigned n = c->n_workers;
+
+	inet_ntop(AF_INET, &a, ip, sizeof(ip));
+	if (c->transport == FP_TRANSPORT_KERNEL)
+		snprintf(out, len, "kernel sockets on %s", c->ipv4 ? ip : "any address");
+	else if (c->transport == FP_TRANSPORT_PAIR)
+		snprintf(out, len, "pair from %s/%u", ip, c->prefix_len);
+	else
+		snprintf(out, len, "xdp on %s %s/%u (mode %s: %u/%u queues zero-copy, %u/%u "
+			 "native)", c->ifname, ip, c->prefix_len, modes[c->xdp.mode],
+			 atomic_load(&s->run.n_zerocopy), n, atomic_load(&s->run.n_native), n);
+}
+
+static void rt_summary(struct rt_start *s)
+{
+	const struct fp_rt_config *c = &s->cfg;
+	char net[160], cores[200], stats[96], idle[48];
+
+	summary_net(s, net, sizeof(net));
+	cores_str(c, cores, sizeof(cores));
+	if (c->stats_name && !*c->stats_name)
+		snprintf(stats, sizeof(stats), "no stats");
+	else if (c->stats_name)
+		snprintf(stats, sizeof(stats), "stats %s", c->stats_name);
+	else
+		snprintf(stats, sizeof(stats), "stats %ld", (long)getpid());
+	if (c->idle == FP_IDLE_POLL)
+		snprintf(idle, sizeof(idle), "idle poll");
+	else
+		snprintf(idle, sizeof(idle), "idle sleep after %u us", c->spin_us);
+	fprintf(stderr, "flowplane: %s: %s, %u worker%s on core%s %s, batch %u, %s, %s\n",
+		s->run.app->name ? s->run.app->name : "app", net, c->n_workers,
+		c->n_workers == 1 ? "" : "s", c->n_workers == 1 ? "" : "s", cores, c->batch,
+		idle, stats);
+}
+
+/* The main thread's part: wait for a signal or for the run to stop by itself. */
+static void rt_wait(struct rt_start *s)
+{
+	bool told = s->cfg.quiet;
+
+	while (!atomic_load(&s->run.stop)) {
+		struct pollfd p[2] = { { .fd = s->sig_fd, .events = POLLIN },
+				       { .fd = s->run.wake_fd, .events = POLLIN } };
+		struct signalfd_siginfo si;
+
+		/* The kernel transport does not count ready workers: it has nothing to tell. */
+		if (!told && (atomic_load(&s->run.n_ready) == s->cfg.n_workers ||
+			      s->cfg.transport == FP_TRANSPORT_KERNEL)) {
+			rt_summary(s);
+			told = true;
+		}
+		if (poll(p, 2, told ? 100 : 5) > 0 && (p[0].revents & POLLIN) &&
+		    read(s->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+			atomic_store(&s->run.stop, true);
+			rt_run_wake(&s->run);
+		}
+	}
+}
+
+int fp_rt_run(const struct fp_rt_config *cfg, const struct fp_app *app)
+{
+	struct rt_start *s = calloc(1, sizeof(*s));
+	size_t up;
+	int ret = 0;
+
+	if (!s) {
+		fprintf(stderr, "flowplane: startup: out of memory\n");
+		return -ENOMEM;
+	}
+	s->cfg = *cfg;
+	s->run.cfg = &s->cfg;
+	s->run.app = app;
+	s->run.wake_fd = -1;
+	s->sig_fd = -1;
+	atomic_init(&s->run.stop, false);
+	atomic_init(&s->run.status, 0);
+	for (up = 0; up < FP_ARRAY_SIZE(rt_steps); up++) {
+		if ((ret = rt_steps[up].up(s)) != 0) {
+			fprintf(stderr, "flowplane: %s: %s\n", rt_steps[up].name,
+				s->err[0] ? s->err : strerror(-ret));
+			break;
+		}
+	}
+	if (!ret)
+		rt_wait(s);
+	rt_steps_down(s, up);
+	if (!ret)
+		ret = atomic_load(&s->run.status);
+	free(s);
+	return ret;
+}

@@ -1,2 +1,215 @@
-/* stats.c: placeholder until its helper lands. */
-typedef int fp_placeholder_t;
+/* stats.c: the per-run statistics segment in /dev/shm (rt_stats.h): create, publish, open to read. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <flowplane/clock.h>
+#include <flowplane/net.h>
+#include <flowplane/rt_stats.h>
+
+#include "defs.h"
+
+#define RT_STATS_PREFIX "/flowplane-"
+#define RT_STATS_NAME_MAX 64
+
+/* The shm name for a run: NULL means our pid; "" means no segment (returns false). */
+static bool rt_stats_path(const char *name, char *out, size_t outlen)
+{
+	if (name && !*name)
+		return false;
+	if (name)
+		snprintf(out, outlen, RT_STATS_PREFIX "%s", name);
+	else
+		snprintf(out, outlen, RT_STATS_PREFIX "%ld", (long)getpid());
+	return true;
+}
+
+static bool pid_alive(pid_t pid)
+{
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+/*
+ * A segment of that name already exists. If the run that made it is gone (crashed, or
+ * killed before it could unlink), replace it; if it is alive, refuse: two runs must not
+ * write one segment. Returns 0 when the name is free again.
+ */
+static int rt_stats_reclaim(const char *path, char *err, size_t errlen)
+{
+	int fd = shm_open(path, O_RDONLY, 0);
+	struct fp_rt_stats_hdr h;
+	ssize_t n = -1;
+
+	if (fd >= 0) {
+		n = pread(fd, &h, sizeof(h), 0);
+		close(fd);
+	}
+	if (n == (ssize_t)sizeof(h) && h.magic == FP_RT_STATS_MAGIC && h.pid != getpid() &&
+	    pid_alive(h.pid)) {
+		snprintf(err, errlen, "/dev/shm%s is in use by pid %d; pick another --stats NAME",
+			 path, (int)h.pid);
+		return -EEXIST;
+	}
+	if (shm_unlink(path) < 0 && errno != ENOENT) {
+		snprintf(err, errlen, "cannot remove the stale /dev/shm%s: %s", path,
+			 strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+/* Open a fresh segment of @size bytes, replacing a stale one; fd or -errno. */
+static int rt_stats_shm(const char *path, size_t size, char *err, size_t errlen)
+{
+	int fd = -1, ret;
+
+	for (int tries = 0; tries < 2 && fd < 0; tries++) {
+		fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0 && errno == EEXIST && (ret = rt_stats_reclaim(path, err, errlen)))
+			return ret;
+	}
+	if (fd < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot create /dev/shm%s: %s", path, strerror(errno));
+		return ret;
+	}
+	if (ftruncate(fd, (off_t)size) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot size /dev/shm%s: %s (is /dev/shm full?)", path,
+			 strerror(errno));
+		close(fd);
+		shm_unlink(path);
+		return ret;
+	}
+	return fd;
+}
+
+static void copy_str(char *dst, size_t len, const char *src)
+{
+	snprintf(dst, len, "%s", src ? src : "");
+}
+
+/* Everything but the magic, which goes last so a reader never trusts a half-filled one. */
+static void rt_stats_fill(struct rt_run *run, struct fp_rt_stats_hdr *h)
+{
+	const struct fp_rt_config *cfg = run->cfg;
+	static const char *const transports[] = { "kernel", "xdp", "pair" };
+	unsigned net_count = fp_net_stat_count < FP_RT_NET_MAX ? fp_net_stat_count : FP_RT_NET_MAX;
+
+	h->version = FP_RT_STATS_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->worker_size = sizeof(struct fp_rt_worker_stats);
+	h->n_workers = cfg->n_workers;
+	h->batch_max = cfg->batch;
+	h->pid = getpid();
+	h->idle_policy = cfg->idle;
+	copy_str(h->transport, sizeof(h->transport), transports[cfg->transport]);
+	copy_str(h->ifname, sizeof(h->ifname), cfg->ifname);
+	copy_str(h->app, sizeof(h->app), run->app->name);
+	h->start_unix_ns = rt_unix_ns();
+	h->tsc_hz = fp_tsc.hz;
+	/* The kernel transport has no stack of ours: no net[] counters. */
+	h->net_count = cfg->transport == FP_TRANSPORT_KERNEL ? 0 : net_count;
+	for (unsigned i = 0; i < h->net_count; i++)
+		copy_str(h->net_names[i], sizeof(h->net_names[i]), fp_net_stat_names[i]);
+	for (unsigned i = 0; i < cfg->n_workers; i++) {
+		struct fp_rt_worker_stats *w = (struct fp_rt_worker_stats *)
+			((char *)h + h->hdr_size + (size_t)i * h->worker_size);
+		w->core = cfg->cores[i];
+		w->queue = cfg->transport == FP_TRANSPORT_XDP ? cfg->queue_base + i : i;
+	}
+}
+
+int rt_stats_create(struct rt_run *run, const char *name, char *err, size_t errlen)
+{
+	char path[RT_STATS_NAME_MAX + 16];
+	size_t size = sizeof(struct fp_rt_stats_hdr) +
+		      (size_t)run->cfg->n_workers * sizeof(struct fp_rt_worker_stats);
+	void *p;
+	int fd;
+
+	run->stats_hdr = NULL;
+	run->stats_size = 0;
+	if (!rt_stats_path(name, path, sizeof(path)))
+		return 0;
+	if ((fd = rt_stats_shm(path, size, err, errlen)) < 0)
+		return fd;
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED) {
+		int ret = -errno;
+		snprintf(err, errlen, "cannot map /dev/shm%s: %s", path, strerror(errno));
+		shm_unlink(path);
+		return ret;
+	}
+	run->stats_hdr = p;
+	run->stats_size = size;
+	rt_stats_fill(run, run->stats_hdr);
+	__atomic_store_n(&run->stats_hdr->magic, FP_RT_STATS_MAGIC, __ATOMIC_RELEASE);
+	return 0;
+}
+
+struct fp_rt_worker_stats *rt_stats_worker(struct rt_run *run, unsigned worker)
+{
+	struct fp_rt_stats_hdr *h = run->stats_hdr;
+
+	if (!h || worker >= h->n_workers)
+		return NULL;
+	return (struct fp_rt_worker_stats *)((char *)h + h->hdr_size +
+					     (size_t)worker * h->worker_size);
+}
+
+void rt_stats_destroy(struct rt_run *run, const char *name)
+{
+	char path[RT_STATS_NAME_MAX + 16];
+
+	if (!run->stats_hdr)
+		return;
+	munmap(run->stats_hdr, run->stats_size);
+	run->stats_hdr = NULL;
+	if (rt_stats_path(name, path, sizeof(path)))
+		shm_unlink(path);
+}
+
+/* Readers: map read-only and check that this is a layout we understand. */
+const struct fp_rt_stats_hdr *fp_rt_stats_open(const char *name, size_t *size_out)
+{
+	char path[RT_STATS_NAME_MAX + 16];
+	const struct fp_rt_stats_hdr *h;
+	struct stat sb;
+	int fd;
+
+	if (!name || !*name || strchr(name, '/') || strlen(name) > RT_STATS_NAME_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	rt_stats_path(name, path, sizeof(path));
+	if ((fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0)) < 0)
+		return NULL;
+	if (fstat(fd, &sb) < 0 || (size_t)sb.st_size < sizeof(*h)) {
+		close(fd);
+		errno = EPROTO;
+		return NULL;
+	}
+	h = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (h == MAP_FAILED)
+		return NULL;
+	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != FP_RT_STATS_MAGIC ||
+	    h->version != FP_RT_STATS_VERSION || h->hdr_size < sizeof(*h) ||
+	    h->worker_size < sizeof(struct fp_rt_worker_stats) ||
+	    h->net_count > FP_RT_NET_MAX ||
+	    h->hdr_size + (size_t)h->n_workers * h->worker_size > (size_t)sb.st_size) {
+		munmap((void *)h, (size_t)sb.st_size);
+		errno = EPROTO;
+		return NULL;
+	}
+	if (size_out)
+		*size_out = (size_t)sb.st_size;
+	return h;
+}

@@ -1,2 +1,513 @@
-/* worker.c: placeholder until its helper lands. */
-typedef int fp_placeholder_t;
+/* worker.c: the xdp and pair transports: IX's run-to-completion loop over a device queue and a stack. */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flowplane/clock.h>
+#include <flowplane/compiler.h>
+#include <flowplane/dev.h>
+#include <flowplane/net.h>
+
+#include "defs.h"
+
+/*
+ * One worker owns one device queue, one stack (net.h) and one context (api.c); nothing
+ * here is shared, so nothing here locks. Each round of the loop (rt.h, IX Fig. 1b):
+ *
+ *   1. rx_burst at most B frames: whatever is there, never waiting for more
+ *   2. fp_stack_input: the stack turns them into events and replies
+ *   3-4. the application pass: events become conditions, the handler runs, its calls
+ *      execute; calls may produce more events (a connect failing at once), so the pass
+ *      repeats until nothing is left, at most RT_PASS_ROUNDS times
+ *   5. timers: the stack's (their events get a pass of their own), then the application's
+ *   6. transmit what the stack queued; frames the device refuses wait for the next round
+ *   7. reclaim buffers the device has finished with (and refill its receive ring)
+ *
+ * Application timers run only once every event has gone up: a timer that closes a flow
+ * while an undelivered event still names it would hand the handler a freed flow.
+ */
+#define RT_PASS_ROUNDS   4      /* application rounds per pass before moving on */
+#define RT_EV_BURST      64     /* events taken from the stack at a time */
+#define RT_TX_HOLD       256    /* frames refused by the device, kept for the next round */
+#define RT_TX_BACKLOG    4096   /* frames the stack may queue while the device is full;
+				 * beyond it they are freed and counted (tx_full) */
+#define RT_PUBLISH_US    1000   /* copy the stack's and device's counters this often */
+#define RT_SLEEP_MAX_MS  1000   /* a sleep with no timer pending still wakes up this often */
+
+struct rt_wk {
+	struct fp_ctx ctx;
+	struct fp_devq *q;
+	struct fp_stack *st;
+	struct rt_run *run;
+	unsigned batch;
+	double rx_drop;
+	uint64_t rng;                     /* splitmix64 state for rx_drop */
+	uint64_t publish_us;              /* next publication of counters */
+	uint64_t idle_since_us;           /* first idle round of this idle spell */
+	bool idle;
+	unsigned n_tx;                    /* frames held in tx[] for retry */
+	struct fp_mbuf *tx[RT_TX_HOLD];
+	struct fp_mbuf *rx[FP_RT_MAX_BATCH];
+	struct fp_event ev[RT_EV_BURST];
+};
+
+static struct rt_wk *wk_of(struct fp_ctx *ctx) { return ctx->tp; }
+
+/* ---- calls: api.h onto net.h ---- */
+
+static int64_t rt_sendv(struct rt_wk *w, struct fp_call *c)
+{
+	struct fp_tcp_conn *conn = (struct fp_tcp_conn *)c->flow;
+	int64_t total = 0;
+
+	/* IX's sendv: take what the window allows, in order; stop at the first short take so
+	 * the stream never has a hole. An error counts only when nothing was taken. */
+	for (unsigned i = 0; i < c->iovcnt; i++) {
+		ssize_t r = fp_tcp_send(w->st, conn, c->iov[i].iov_base, c->iov[i].iov_len);
+		if (r < 0)
+			return total ? total : r;
+		total += r;
+		if ((size_t)r < c->iov[i].iov_len)
+			break;
+	}
+	return total;
+}
+
+static int64_t rt_connect(struct rt_wk *w, struct fp_call *c)
+{
+	int err = 0;
+
+	/* A dial that fails at once reports only here; one that starts reports with a
+	 * CONNECTED condition later (net.h's FP_EV_TCP_CONNECTED). */
+	if (!fp_tcp_dial(w->st, c->addr, c->port, c->cookie, &err))
+		return err ? err : -ENOBUFS;
+	return 0;
+}
+
+static int64_t rt_udp_send(struct rt_wk *w, struct fp_call *c)
+{
+	int r;
+
+	if (!c->iov || c->iovcnt < 1)
+		return -EINVAL;
+	r = fp_udp_send(w->st, c->port, c->addr, c->rport, c->iov[0].iov_base,
+			c->iov[0].iov_len);
+	return r < 0 ? r : (int64_t)c->iov[0].iov_len;
+}
+
+static void rt_exec(struct fp_ctx *ctx, struct fp_call *c)
+{
+	struct rt_wk *w = wk_of(ctx);
+	struct fp_tcp_conn *conn = (struct fp_tcp_conn *)c->flow;
+
+	c->ret = 0;
+	switch (c->type) {
+	case FP_CALL_LISTEN:    c->ret = fp_tcp_listen(w->st, c->port, c->cookie); break;
+	case FP_CALL_UNLISTEN:  c->ret = fp_tcp_unlisten(w->st, c->port); break;
+	case FP_CALL_ACCEPT:    fp_tcp_set_cookie(conn, c->cookie); break;
+	case FP_CALL_CONNECT:   c->ret = rt_connect(w, c); break;
+	case FP_CALL_SENDV:     c->ret = rt_sendv(w, c); break;
+	case FP_CALL_RECV_DONE: fp_tcp_recv_done(w->st, conn, c->len); break;
+	case FP_CALL_SHUTDOWN:  c->ret = fp_tcp_shutdown(w->st, conn); break;
+	case FP_CALL_CLOSE:     fp_tcp_close(w->st, conn); break;
+	case FP_CALL_ABORT:     fp_tcp_abort(w->st, conn); break;
+	case FP_CALL_UDP_BIND:  c->ret = fp_udp_bind(w->st, c->port, c->cookie); break;
+	case FP_CALL_UDP_SEND:  c->ret = rt_udp_send(w, c); break;
+	case FP_CALL_UDP_DONE:  fp_stack_free(w->st, c->m); break;
+	default:                c->ret = -EINVAL; break;
+	}
+}
+
+/* ---- events: net.h onto api.h conditions ---- */
+
+static void rt_event_cond(struct rt_wk *w, const struct fp_event *ev)
+{
+	static const uint16_t types[] = {
+		[FP_EV_TCP_ACCEPTED] = FP_COND_KNOCK, [FP_EV_TCP_CONNECTED] = FP_COND_CONNECTED,
+		[FP_EV_TCP_RECV] = FP_COND_RECV,      [FP_EV_TCP_SENT] = FP_COND_SENT,
+		[FP_EV_TCP_EOF] = FP_COND_EOF,        [FP_EV_TCP_DEAD] = FP_COND_DEAD,
+		[FP_EV_UDP_RECV] = FP_COND_UDP_RECV,
+	};
+	struct fp_cond *c;
+
+	if (fp_unlikely(ev->type >= FP_ARRAY_SIZE(types) || !types[ev->type]))
+		return;
+	c = rt_cond_push(&w->ctx);
+	c->type = types[ev->type];
+	c->status = ev->status;
+	c->len = ev->len;
+	c->cookie = ev->cookie;
+	c->flow = (struct fp_flow *)ev->conn;
+	c->raddr = ev->raddr;
+	c->rport = ev->rport;
+	c->lport = ev->lport;
+	if (ev->m) {
+		c->m = ev->m;
+		c->data = fp_mbuf_data(ev->m);
+	}
+	if (c->type == FP_COND_SENT)
+		c->window = (uint32_t)fp_tcp_sendable(w->st, ev->conn);
+}
+
+/* Move every pending stack event into the condition array. */
+static void rt_drain_events(struct rt_wk *w)
+{
+	unsigned n;
+
+	while ((n = fp_stack_events(w->st, w->ev, RT_EV_BURST)) > 0)
+		for (unsigned i = 0; i < n; i++)
+			rt_event_cond(w, &w->ev[i]);
+}
+
+/* Steps 3-4, repeated while calls produce events. Returns the rounds run; *@settled says
+ * every event went up (the pass did not stop at its bound). */
+static unsigned rt_app_pass(struct rt_wk *w, bool *settled)
+{
+	struct fp_ctx *ctx = &w->ctx;
+	unsigned rounds;
+
+	for (rounds = 0; rounds < RT_PASS_ROUNDS; rounds++) {
+		rt_drain_events(w);
+		if (!ctx->n_conds && !ctx->n_rets && !ctx->n_calls) {
+			*settled = true;
+			return rounds;
+		}
+		rt_ctx_round(ctx);
+	}
+	*settled = false;
+	return rounds;
+}
+
+/* ---- the device side ---- */
+
+/* splitmix64 (Steele, Lea, Flood 2014): fault injection needs speed, not quality. */
+static uint64_t rt_rand(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* --rx-drop: free a seeded-random fraction of the burst before the stack sees it. */
+static fp_cold unsigned rt_rx_drop(struct rt_wk *w, unsigned n)
+{
+	unsigned kept = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		if ((double)(rt_rand(&w->rng) >> 11) * 0x1p-53 < w->rx_drop) {
+			fp_mbuf_free(&w->q->cache, w->rx[i]);
+			w->ctx.stats->drops[FP_RT_DROP_rx_injected]++;
+		} else {
+			w->rx[kept++] = w->rx[i];
+		}
+	}
+	return kept;
+}
+
+/* Steps 1-2. Returns the frames handed to the stack (the batch of this pass). */
+static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
+{
+	struct fp_rt_worker_stats *s = w->ctx.stats;
+	unsigned n = w->q->ops->rx_burst(w->q, w->rx, w->batch);
+	uint64_t bytes = 0;
+
+	*got = n > 0;
+	if (!n)
+		return 0;
+	/* Queue depth at this poll: what we took plus what is still waiting. */
+	s->rxq_hist[fp_rt_log2_bucket(n + w->q->ops->rx_ready(w->q))]++;
+	for (unsigned i = 0; i < n; i++)
+		bytes += w->rx[i]->pkt_len;
+	s->rx_frames += n;
+	s->rx_bytes += bytes;
+	if (fp_unlikely(w->rx_drop > 0.0))
+		n = rt_rx_drop(w, n);
+	if (n)
+		fp_stack_input(w->st, w->rx, n, now);
+	return n;
+}
+
+/* The device stayed full while the stack kept queueing: shed the excess, counted, rather
+ * than let one stuck queue eat every buffer of the pool. */
+static fp_cold void rt_tx_shed(struct rt_wk *w)
+{
+	struct fp_mbuf *m;
+
+	while (fp_stack_tx_pending(w->st) > RT_TX_BACKLOG && fp_stack_tx(w->st, &m, 1) == 1) {
+		fp_mbuf_free(&w->q->cache, m);
+		w->ctx.stats->drops[FP_RT_DROP_tx_full]++;
+	}
+}
+
+/* Step 6. Returns the frames the device took. */
+static unsigned rt_tx(struct rt_wk *w)
+{
+	struct fp_rt_worker_stats *s = w->ctx.stats;
+	unsigned sent = 0;
+
+	for (;;) {
+		unsigned n = w->n_tx + fp_stack_tx(w->st, w->tx + w->n_tx, RT_TX_HOLD - w->n_tx);
+		if (!n)
+			break;
+		unsigned k = w->q->ops->tx_burst(w->q, w->tx, n);
+		/* The frames stay ours until reclaim(), on this thread: reading them is safe. */
+		for (unsigned i = 0; i < k; i++)
+			s->tx_bytes += w->tx[i]->pkt_len;
+		s->tx_frames += k;
+		sent += k;
+		w->n_tx = n - k;
+		if (w->n_tx) {
+			memmove(w->tx, w->tx + k, w->n_tx * sizeof(w->tx[0]));
+			rt_tx_shed(w);
+			break;
+		}
+		if (!fp_stack_tx_pending(w->st))
+			break;
+	}
+	return sent;
+}
+
+/* ---- statistics ---- */
+
+/* Every RT_PUBLISH_US: the counters that cost a copy (or, for AF_XDP, a syscall). */
+static void rt_publish(struct rt_wk *w, uint64_t now)
+{
+	struct fp_rt_worker_stats *s = w->ctx.stats;
+	struct fp_net_stats ns;
+	struct fp_dev_stats ds;
+
+	fp_stack_stats(w->st, &ns);
+	static_assert(sizeof(ns) <= sizeof(s->net), "net[] too small for the stack's counters");
+	memcpy(s->net, &ns, sizeof(ns));
+	s->tcp_conns = fp_stack_tcp_conns(w->st);
+	s->pool_in_use = fp_pool_in_use(w->q->pool);
+	memset(&ds, 0, sizeof(ds));
+	w->q->ops->stats(w->q, &ds);
+	s->drops[FP_RT_DROP_dev_rx_dropped] = ds.rx_dropped;
+	s->drops[FP_RT_DROP_dev_fill_empty] = ds.rx_fill_empty;
+	s->drops[FP_RT_DROP_dev_invalid] = ds.invalid_descs;
+	s->now_unix_ns = rt_unix_ns();
+	s->seq++;
+	w->publish_us = now + RT_PUBLISH_US;
+}
+
+static void rt_account(struct rt_wk *w, bool busy, unsigned batch, uint64_t cycles)
+{
+	struct fp_rt_worker_stats *s = w->ctx.stats;
+
+	s->iterations++;
+	if (!busy) {
+		s->idle_cycles += cycles;
+		return;
+	}
+	s->busy_cycles += cycles;
+	s->batch_hist[batch < FP_RT_BATCH_BUCKETS - 1 ? batch : FP_RT_BATCH_BUCKETS - 1]++;
+	s->loop_ns_hist[fp_rt_log2_bucket(fp_cycles_to_ns(cycles))]++;
+}
+
+/* ---- idle ---- */
+
+/*
+ * FP_IDLE_SLEEP, after spin_us of idle rounds: sleep in poll() on the device until a
+ * frame arrives, the earliest timer (stack or application) is due, or the run stops. The
+ * device arms its wake-up in wait_fd(), so rx_ready() is checked after it, not before.
+ */
+static void rt_sleep(struct rt_wk *w, uint64_t now)
+{
+	uint64_t next = fp_stack_next_us(w->st), app = rt_ctx_next_us(&w->ctx);
+	int fd, timeout = RT_SLEEP_MAX_MS;
+	uint64_t t0;
+
+	if (app < next)
+		next = app;
+	if (next <= now)
+		return;
+	if (next - now < (uint64_t)RT_SLEEP_MAX_MS * 1000)
+		timeout = (int)((next - now + 999) / 1000);
+	if ((fd = w->q->ops->wait_fd(w->q)) < 0 || w->q->ops->rx_ready(w->q) ||
+	    rt_ctx_stopping(&w->ctx))
+		return;
+	struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
+			       { .fd = w->run->wake_fd, .events = POLLIN } };
+	t0 = fp_rdtsc();
+	poll(p, w->run->wake_fd >= 0 ? 2 : 1, timeout);
+	w->ctx.stats->idle_cycles += fp_rdtsc() - t0;
+	w->ctx.stats->sleeps++;
+}
+
+static void rt_idle(struct rt_wk *w, uint64_t now)
+{
+	if (w->run->cfg->idle == FP_IDLE_POLL)
+		return;   /* IX: keep polling (hyperthread-friendly pause is the device's) */
+	if (!w->idle) {
+		w->idle = true;
+		w->idle_since_us = now;
+	}
+	if (now - w->idle_since_us >= w->run->cfg->spin_us)
+		rt_sleep(w, now);
+}
+
+/* ---- the loop ---- */
+
+/* One round; true when it did any work. *@batch: frames given to the stack. */
+static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
+{
+	struct fp_ctx *ctx = &w->ctx;
+	bool got, settled;
+	unsigned rounds, fired, sent, freed;
+
+	ctx->now_us = now;
+	*batch = rt_rx(w, now, &got);
+	rounds = rt_app_pass(w, &settled);
+	fired = fp_stack_poll(w->st, now);
+	if (fired)
+		rounds += rt_app_pass(w, &settled);
+	if (settled)
+		fired += rt_ctx_timers(ctx, now);
+	sent = rt_tx(w);
+	freed = w->q->ops->reclaim(w->q);
+	return got || rounds || fired || sent || freed || w->n_tx || ctx->n_rets;
+}
+
+static void rt_loop(struct rt_wk *w)
+{
+	while (!rt_ctx_stopping(&w->ctx)) {
+		uint64_t t0 = fp_rdtsc(), now = rt_now_us();
+		unsigned batch;
+		bool busy = rt_round(w, now, &batch);
+
+		rt_account(w, busy, batch, fp_rdtsc() - t0);
+		if (busy)
+			w->idle = false;
+		else
+			rt_idle(w, now);
+		if (now >= w->publish_us)
+			rt_publish(w, now);
+	}
+}
+
+/* ---- setup and teardown ---- */
+
+static const struct rt_transport_ops rt_xdp_ops = { .name = "xdp", .exec = rt_exec };
+static const struct rt_transport_ops rt_pair_ops = { .name = "pair", .exec = rt_exec };
+
+static struct fp_stack *rt_stack_create(struct rt_wk *w, uint32_t addr, uint16_t n_queues,
+					uint64_t now)
+{
+	const struct fp_rt_config *cfg = w->run->cfg;
+	struct fp_stack_config sc = cfg->stack;
+
+	sc.mac = w->q->mac;
+	sc.ipv4 = addr;
+	sc.prefix_len = cfg->prefix_len;
+	sc.gateway = cfg->gateway;
+	sc.mtu = w->q->mtu;
+	sc.cache = &w->q->cache;
+	/* IX's outbound trick: ephemeral ports whose replies hash back to our queue. */
+	sc.queue_id = w->q->queue_id;
+	sc.n_queues = n_queues;
+	return fp_stack_create(&sc, now);
+}
+
+static struct rt_wk *rt_wk_new(struct rt_run *run, unsigned worker, struct fp_devq *q)
+{
+	const struct fp_rt_config *cfg = run->cfg;
+	struct rt_wk *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	w->run = run;
+	w->q = q;
+	w->batch = cfg->batch;
+	w->rx_drop = cfg->rx_drop;
+	/* Each worker its own stream; seed 0 means "from the clock". */
+	w->rng = (cfg->seed ? cfg->seed : rt_now_us()) + worker * 0x9e3779b97f4a7c15ull;
+	return w;
+}
+
+/* The app's lifetime on this worker: init, the loop, fini (whose calls still execute:
+ * it may give back buffers it holds). Returns init's error, or 0. */
+static int rt_app_run(struct rt_wk *w)
+{
+	const struct fp_app *app = w->run->app;
+	int ret = app->init ? app->init(&w->ctx, app->arg) : 0;
+
+	if (ret) {
+		fprintf(stderr, "flowplane: worker %u: %s: init failed: %s\n", w->ctx.worker,
+			app->name ? app->name : "app", strerror(ret < 0 ? -ret : ret));
+		return ret;
+	}
+	atomic_fetch_add(&w->run->n_ready, 1);
+	rt_loop(w);
+	rt_run_wake(w->run);  /* the stop may be ours: tell sleeping workers and main */
+	if (app->fini)
+		app->fini(&w->ctx);
+	rt_ctx_flush(&w->ctx);
+	return 0;
+}
+
+/* Everything between "we have a queue" and "the queue may be closed". */
+static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q,
+			  const struct rt_transport_ops *tops, uint32_t addr, uint16_t n_queues)
+{
+	struct rt_wk *w = rt_wk_new(run, worker, q);
+	uint64_t now = rt_now_us();
+	int ret;
+
+	if (!w)
+		return -ENOMEM;
+	if (!(w->st = rt_stack_create(w, addr, n_queues, now))) {
+		ret = -errno;
+		fprintf(stderr, "flowplane: worker %u: stack: %s\n", worker, strerror(errno));
+		free(w);
+		return ret;
+	}
+	if ((ret = rt_ctx_init(&w->ctx, run, worker, tops, w, now)) == 0) {
+		w->ctx.local_addr = addr;
+		ret = rt_app_run(w);
+		rt_publish(w, rt_now_us());
+	}
+	/* The held frames go back through the queue's cache; the stack first, then the
+	 * frames it handed to the device (their last references are the device's). */
+	fp_stack_destroy(w->st);
+	for (unsigned i = 0; i < w->n_tx; i++)
+		fp_mbuf_free(&q->cache, w->tx[i]);
+	q->ops->reclaim(q);
+	rt_ctx_fini(&w->ctx);
+	free(w);
+	return ret;
+}
+
+int rt_worker_xdp(struct rt_run *run, unsigned worker, struct fp_xdp *x)
+{
+	const struct fp_rt_config *cfg = run->cfg;
+	char err[256] = "";
+	struct fp_devq *q = fp_xdp_queue_open(x, cfg->queue_base + worker, err, sizeof(err));
+	int ret;
+
+	if (!q) {
+		ret = errno ? -errno : -EIO;
+		fprintf(stderr, "flowplane: worker %u: queue %u: %s\n", worker,
+			cfg->queue_base + worker, err[0] ? err : strerror(-ret));
+		return ret;
+	}
+	if (q->zerocopy)
+		atomic_fetch_add(&run->n_zerocopy, 1);
+	if (q->native)
+		atomic_fetch_add(&run->n_native, 1);
+	ret = rt_worker_body(run, worker, q, &rt_xdp_ops, cfg->ipv4,
+			     (uint16_t)fp_xdp_queues(x));
+	q->ops->close(q);
+	return ret;
+}
+
+int rt_worker_pair(struct rt_run *run, unsigned worker, struct fp_devq *q)
+{
+	/* Each worker is its own host on the pair's wire: worker i is ipv4 + i. The caller
+	 * owns the queue and closes it after the run. */
+	return rt_worker_body(run, worker, q, &rt_pair_ops, run->cfg->ipv4 + worker, 1);
+}

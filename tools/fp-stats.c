@@ -1,3 +1,393 @@
-/* fp-stats.c: placeholder until its helper lands. */
-typedef int fp_placeholder_t;
-int main(void) { return 0; }
+/* fp-stats.c: a live per-worker view of a running flowplane, read from its stats segment. */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <flowplane/rt.h>
+#include <flowplane/rt_stats.h>
+
+/*
+ * The segment (rt_stats.h) holds counters only; rates come from two snapshots an interval
+ * apart. Each worker's record is copied whole at each sample (it has one writer, plain
+ * 64-bit stores), so a line never mixes two samples of one worker.
+ */
+#define SHM_DIR    "/dev/shm"
+#define SHM_PREFIX "flowplane-"
+
+static const char usage[] =
+	"usage: fp-stats [--name NAME] [--interval SEC] [--count N] [--once] [--json]\n"
+	"\n"
+	"Show each worker of a running flowplane every interval: packets and Mbit/s each way,\n"
+	"busy share of the loop, mean and p99 frames per stack pass, p99 loop time, mean rx\n"
+	"queue depth at polls that found frames, drops by reason (nonzero only), TCP\n"
+	"connections and the application's ops/s.\n"
+	"\n"
+	"  --name NAME      the run started with --stats NAME (default: the only one running)\n"
+	"  --interval SEC   seconds between views (default 1; fractions allowed)\n"
+	"  --count N        stop after N views (default: until the run exits)\n"
+	"  --once           one view (after one interval), then exit\n"
+	"  --json           one JSON object per view instead of a table\n"
+	"  --help           this text\n"
+	"\n"
+	"Exit status: 0 when done or the run exited, 1 when no run is found, 2 on bad usage\n"
+	"or when several runs are found without --name.\n";
+
+static const char *const drop_names[] = {
+#define DROP_NAME(name) #name,
+	FP_RT_DROPS(DROP_NAME)
+#undef DROP_NAME
+};
+
+struct opts {
+	const char *name;
+	double interval;
+	long count;        /* 0: forever */
+	bool json;
+};
+
+struct seg {
+	char name[80];
+	const struct fp_rt_stats_hdr *h;
+	size_t size;
+};
+
+/* One sample: every worker's record, copied, and when it was taken. */
+struct sample {
+	double t;
+	struct fp_rt_worker_stats *w;
+};
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool pid_alive(int pid)
+{
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option longs[] = {
+		{ "name", required_argument, NULL, 'n' }, { "interval", required_argument, NULL, 'i' },
+		{ "count", required_argument, NULL, 'c' }, { "once", no_argument, NULL, '1' },
+		{ "json", no_argument, NULL, 'j' },        { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char *end;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+		switch (c) {
+		case 'n': o->name = optarg; break;
+		case 'j': o->json = true; break;
+		case '1': o->count = 1; break;
+		case 'h': fputs(usage, stdout); exit(0);
+		case 'i':
+			o->interval = strtod(optarg, &end);
+			if (end == optarg || *end || !(o->interval >= 0.01 && o->interval <= 3600)) {
+				fprintf(stderr, "fp-stats: --interval: '%s' is not 0.01..3600 "
+					"seconds\n", optarg);
+				return -1;
+			}
+			break;
+		case 'c':
+			o->count = strtol(optarg, &end, 10);
+			if (end == optarg || *end || o->count < 1) {
+				fprintf(stderr, "fp-stats: --count: '%s' is not a positive "
+					"number\n", optarg);
+				return -1;
+			}
+			break;
+		default:
+			fprintf(stderr, "fp-stats: see fp-stats --help\n");
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "fp-stats: unexpected '%s'; see fp-stats --help\n", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+/* Without --name: the one segment whose run is alive. Returns 0, 1 (none) or 2 (several,
+ * listed on stderr). */
+static int find_segment(struct seg *out)
+{
+	DIR *d = opendir(SHM_DIR);
+	struct dirent *e;
+	int found = 0;
+
+	while (d && (e = readdir(d))) {
+		size_t size;
+		const struct fp_rt_stats_hdr *h;
+		if (strncmp(e->d_name, SHM_PREFIX, strlen(SHM_PREFIX)))
+			continue;
+		const char *name = e->d_name + strlen(SHM_PREFIX);
+		if (!(h = fp_rt_stats_open(name, &size)) || !pid_alive(h->pid)) {
+			if (h)
+				munmap((void *)h, size);
+			continue;
+		}
+		if (found == 1)
+			fprintf(stderr, "fp-stats: several flowplane runs; pick one with --name:\n"
+				"  %s (pid %d, %s)\n", out->name, (int)out->h->pid, out->h->app);
+		if (found >= 1) {
+			fprintf(stderr, "  %s (pid %d, %s)\n", name, (int)h->pid, h->app);
+			munmap((void *)h, size);
+		} else {
+			snprintf(out->name, sizeof(out->name), "%s", name);
+			out->h = h;
+			out->size = size;
+		}
+		found++;
+	}
+	if (d)
+		closedir(d);
+	if (!found)
+		fprintf(stderr, "fp-stats: no running flowplane (no " SHM_DIR "/" SHM_PREFIX
+			"*); start one with --stats NAME\n");
+	return found == 0 ? 1 : found == 1 ? 0 : 2;
+}
+
+static int open_named(const char *name, struct seg *out)
+{
+	snprintf(out->name, sizeof(out->name), "%s", name);
+	if ((out->h = fp_rt_stats_open(name, &out->size)))
+		return 0;
+	if (errno == ENOENT)
+		fprintf(stderr, "fp-stats: no running flowplane named '%s' (no " SHM_DIR "/"
+			SHM_PREFIX "%s); start one with --stats %s\n", name, name, name);
+	else if (errno == EPROTO)
+		fprintf(stderr, "fp-stats: " SHM_DIR "/" SHM_PREFIX "%s is not a stats segment "
+			"this fp-stats understands (version %u)\n", name, FP_RT_STATS_VERSION);
+	else
+		fprintf(stderr, "fp-stats: %s: %s\n", name, strerror(errno));
+	return 1;
+}
+
+static void take_sample(const struct fp_rt_stats_hdr *h, struct sample *s)
+{
+	s->t = mono_s();
+	for (unsigned i = 0; i < h->n_workers; i++)
+		memcpy(&s->w[i], fp_rt_stats_worker(h, i), sizeof(s->w[i]));
+}
+
+/* ---- what one worker did between two samples ---- */
+
+struct view {
+	double rx_pps, rx_mbps, tx_pps, tx_mbps, busy_pct, batch_mean, rxq_mean, ops_s;
+	double sleeps_s;
+	unsigned batch_p99;
+	uint64_t loop_p99_ns, conns;
+};
+
+/* Smallest bucket holding the 99th percentile of the deltas @d[0..n); -1 when empty. */
+static int p99_bucket(const uint64_t *d, unsigned n)
+{
+	uint64_t total = 0, acc = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		total += d[i];
+	if (!total)
+		return -1;
+	for (unsigned i = 0; i < n; i++) {
+		acc += d[i];
+		if ((double)acc >= 0.99 * (double)total)
+			return (int)i;
+	}
+	return (int)n - 1;
+}
+
+static void hist_views(const struct fp_rt_worker_stats *a, const struct fp_rt_worker_stats *b,
+		       struct view *v)
+{
+	uint64_t d[FP_RT_BATCH_BUCKETS], n = 0, frames = 0, rq = 0;
+	double depth = 0;
+	int p;
+
+	for (unsigned i = 0; i < FP_RT_BATCH_BUCKETS; i++) {
+		d[i] = b->batch_hist[i] - a->batch_hist[i];
+		n += d[i];
+		frames += i * d[i];
+	}
+	v->batch_mean = n ? (double)frames / (double)n : 0;
+	v->batch_p99 = (p = p99_bucket(d, FP_RT_BATCH_BUCKETS)) < 0 ? 0 : (unsigned)p;
+	for (unsigned i = 0; i < FP_RT_LOG2_BUCKETS; i++)
+		d[i] = b->loop_ns_hist[i] - a->loop_ns_hist[i];
+	p = p99_bucket(d, FP_RT_LOG2_BUCKETS);
+	v->loop_p99_ns = p < 0 ? 0 : 1ull << p;   /* bucket p holds values below 2^p */
+	for (unsigned i = 0; i < FP_RT_LOG2_BUCKETS; i++) {
+		uint64_t k = b->rxq_hist[i] - a->rxq_hist[i];
+		/* bucket i covers the integers 2^(i-1) .. 2^i - 1: count it at their mean */
+		depth += (double)k * (i ? (3.0 * (double)(1ull << (i - 1)) - 1.0) / 2.0 : 0.0);
+		rq += k;
+	}
+	v->rxq_mean = rq ? depth / (double)rq : 0;
+}
+
+static void make_view(const struct fp_rt_worker_stats *a, const struct fp_rt_worker_stats *b,
+		      double dt, struct view *v)
+{
+	uint64_t busy = b->busy_cycles - a->busy_cycles, idle = b->idle_cycles - a->idle_cycles;
+
+	v->rx_pps = (double)(b->rx_frames - a->rx_frames) / dt;
+	v->tx_pps = (double)(b->tx_frames - a->tx_frames) / dt;
+	v->rx_mbps = (double)(b->rx_bytes - a->rx_bytes) * 8 / dt / 1e6;
+	v->tx_mbps = (double)(b->tx_bytes - a->tx_bytes) * 8 / dt / 1e6;
+	v->busy_pct = busy + idle ? 100.0 * (double)busy / (double)(busy + idle) : 0;
+	v->ops_s = (double)(b->app_ops - a->app_ops) / dt;
+	v->sleeps_s = (double)(b->sleeps - a->sleeps) / dt;
+	v->conns = b->tcp_conns;
+	hist_views(a, b, v);
+}
+
+/* The drops that moved in this interval: the runtime's reasons and the stack's counters
+ * whose names say they are drops or bad input. Returns how many were written. */
+static int drops_moved(const struct fp_rt_stats_hdr *h, const struct fp_rt_worker_stats *a,
+		       const struct fp_rt_worker_stats *b, const char **names, uint64_t *counts,
+		       int max)
+{
+	int n = 0;
+
+	for (unsigned i = 0; i < FP_RT_DROP_COUNT && n < max; i++)
+		if (b->drops[i] != a->drops[i]) {
+			names[n] = drop_names[i];
+			counts[n++] = b->drops[i] - a->drops[i];
+		}
+	for (unsigned i = 0; i < h->net_count && n < max; i++) {
+		const char *nm = h->net_names[i];
+		if (b->net[i] == a->net[i] || !(strstr(nm, "drop") || strstr(nm, "bad") ||
+						 strstr(nm, "nobufs") || strstr(nm, "no_port")))
+			continue;
+		names[n] = nm;
+		counts[n++] = b->net[i] - a->net[i];
+	}
+	return n;
+}
+
+/* ---- output ---- */
+
+static void print_table(const struct seg *s, const struct sample *a, const struct sample *b)
+{
+	const struct fp_rt_stats_hdr *h = s->h;
+	double dt = b->t - a->t;
+	const char *names[32];
+	uint64_t counts[32];
+
+	printf("flowplane %s: pid %d, %s%s%s, %u worker%s, B=%u, idle %s (%.2f s)\n", h->app,
+	       (int)h->pid, h->transport, h->ifname[0] ? " on " : "", h->ifname, h->n_workers,
+	       h->n_workers == 1 ? "" : "s", h->batch_max,
+	       h->idle_policy == FP_IDLE_POLL ? "poll" : "sleep", dt);
+	printf("%3s %4s %9s %8s %9s %8s %6s %6s %4s %9s %6s %7s %9s\n", "wk", "core", "rx pps",
+	       "rx Mb/s", "tx pps", "tx Mb/s", "busy%", "batch", "p99", "loop p99", "rxq",
+	       "conns", "ops/s");
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct view v;
+		make_view(&a->w[i], &b->w[i], dt, &v);
+		printf("%3u %4d %9.0f %8.1f %9.0f %8.1f %6.1f %6.1f %4u %6.1f us %6.1f %7llu "
+		       "%9.0f\n", i, b->w[i].core, v.rx_pps, v.rx_mbps, v.tx_pps, v.tx_mbps,
+		       v.busy_pct, v.batch_mean, v.batch_p99, (double)v.loop_p99_ns / 1e3,
+		       v.rxq_mean, (unsigned long long)v.conns, v.ops_s);
+		int n = drops_moved(h, &a->w[i], &b->w[i], names, counts, 32);
+		for (int k = 0; k < n; k++)
+			printf("%s%s %llu%s", k ? ", " : "    drops: ", names[k],
+			       (unsigned long long)counts[k], k == n - 1 ? "\n" : "");
+	}
+	putchar('\n');
+	fflush(stdout);
+}
+
+static void print_json(const struct seg *s, const struct sample *a, const struct sample *b)
+{
+	const struct fp_rt_stats_hdr *h = s->h;
+	double dt = b->t - a->t;
+	const char *names[32];
+	uint64_t counts[32];
+
+	printf("{\"name\":\"%s\",\"pid\":%d,\"app\":\"%s\",\"transport\":\"%s\",\"ifname\":\"%s\","
+	       "\"interval_s\":%.3f,\"workers\":[", s->name, (int)h->pid, h->app, h->transport,
+	       h->ifname, dt);
+	for (unsigned i = 0; i < h->n_workers; i++) {
+		struct view v;
+		make_view(&a->w[i], &b->w[i], dt, &v);
+		printf("%s{\"worker\":%u,\"core\":%d,\"rx_pps\":%.1f,\"rx_mbps\":%.3f,"
+		       "\"tx_pps\":%.1f,\"tx_mbps\":%.3f,\"busy_pct\":%.2f,\"batch_mean\":%.2f,"
+		       "\"batch_p99\":%u,\"loop_p99_ns\":%llu,\"rxq_mean\":%.2f,\"conns\":%llu,"
+		       "\"app_ops_per_s\":%.1f,\"sleeps_per_s\":%.1f,\"drops\":{", i ? "," : "", i,
+		       b->w[i].core, v.rx_pps, v.rx_mbps, v.tx_pps, v.tx_mbps, v.busy_pct,
+		       v.batch_mean, v.batch_p99, (unsigned long long)v.loop_p99_ns, v.rxq_mean,
+		       (unsigned long long)v.conns, v.ops_s, v.sleeps_s);
+		int n = drops_moved(h, &a->w[i], &b->w[i], names, counts, 32);
+		for (int k = 0; k < n; k++)
+			printf("%s\"%s\":%llu", k ? "," : "", names[k], (unsigned long long)counts[k]);
+		printf("}}");
+	}
+	printf("]}\n");
+	fflush(stdout);
+}
+
+static void sleep_s(double s)
+{
+	struct timespec ts = { (time_t)s, (long)((s - floor(s)) * 1e9) };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static int watch(const struct seg *s, const struct opts *o)
+{
+	unsigned n = s->h->n_workers;
+	struct sample a = { 0, calloc(n, sizeof(*a.w)) }, b = { 0, calloc(n, sizeof(*b.w)) };
+
+	if (!a.w || !b.w) {
+		fprintf(stderr, "fp-stats: out of memory\n");
+		return 1;
+	}
+	take_sample(s->h, &a);
+	for (long views = 0; !o->count || views < o->count; views++) {
+		sleep_s(o->interval);
+		take_sample(s->h, &b);
+		(o->json ? print_json : print_table)(s, &a, &b);
+		if (!pid_alive(s->h->pid)) {
+			fprintf(stderr, "fp-stats: flowplane pid %d has exited\n", (int)s->h->pid);
+			break;
+		}
+		struct sample t = a;
+		a = b;
+		b = t;
+	}
+	free(a.w);
+	free(b.w);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = { .interval = 1.0 };
+	struct seg s;
+	int ret;
+
+	if (parse_args(argc, argv, &o) < 0)
+		return 2;
+	memset(&s, 0, sizeof(s));
+	if ((ret = o.name ? open_named(o.name, &s) : find_segment(&s)) != 0)
+		return ret;
+	ret = watch(&s, &o);
+	munmap((void *)s.h, s.size);
+	return ret;
+}

@@ -22,7 +22,9 @@
  *   q->ops->reclaim(q);                   free what the device finished sending; top up
  *                                         the receive buffers (AF_XDP: fill ring)
  *   fd = q->ops->wait_fd(q);              poll() it for POLLIN to sleep until a frame
- *                                         arrives; -1 when the device cannot sleep
+ *                                         arrives; -1 when the device cannot sleep. Call
+ *                                         it before each sleep (the pair arms its
+ *                                         wake-up there), then check rx_ready()
  */
 struct fp_devq;
 

@@ -41,14 +41,19 @@ enum fp_idle { FP_IDLE_SLEEP = 0, FP_IDLE_POLL };
 
 struct fp_rt_config {
 	enum fp_transport transport;     /* default: kernel, or xdp when @ifname is set */
+	bool transport_set;              /* --net given: --if does not imply xdp */
 	const char *ifname;              /* xdp: the interface */
 	uint32_t ipv4;                   /* xdp: our address; kernel: listen/bind address
-					  * (0 = any) */
+					  * (0 = any); pair: worker i is @ipv4 + i, each
+					  * worker being its own host on the pair's wire */
 	uint8_t prefix_len;              /* xdp: default 24 */
 	uint32_t gateway;
-	unsigned n_workers;              /* default 1 */
+	unsigned n_workers;              /* default 1; --cores sets it unless --workers given */
+	bool workers_set;
 	int cores[FP_RT_MAX_WORKERS];    /* core of worker i; -1 = not pinned. Default: i */
 	bool cores_set;
+	unsigned n_cores;                /* entries --cores listed (0: not from the command
+					  * line); fewer than n_workers is an error */
 	unsigned queue_base;             /* xdp: worker i owns queue queue_base + i */
 	unsigned batch;                  /* B: frames per stack pass (default 64) */
 	enum fp_idle idle;
@@ -61,7 +66,8 @@ struct fp_rt_config {
 					  * cache and queues are filled in per worker */
 	const char *stats_name;          /* shm segment /dev/shm/flowplane-<name>;
 					  * NULL = the pid; "" = none */
-	struct fp_devq *pair[FP_RT_MAX_WORKERS]; /* FP_TRANSPORT_PAIR: worker i's queue */
+	struct fp_devq *pair[FP_RT_MAX_WORKERS]; /* FP_TRANSPORT_PAIR: worker i's queue; the
+						  * caller owns (and closes) it after the run */
 	bool quiet;                      /* no startup line on stderr */
 };
 
@@ -71,7 +77,8 @@ void fp_rt_config_init(struct fp_rt_config *cfg);
 /*
  * Command-line options every flowplane application shares. @opt is the long option name
  * without dashes ("net", "if", "ip", ...), @val its value. Returns 1 if taken, 0 if not a
- * runtime option, -1 on a bad value (one line in @err).
+ * runtime option, -1 on a bad value (one line in @err). The config keeps pointers to the
+ * values of --if and --stats: @val must outlive it (argv does).
  */
 int fp_rt_option(struct fp_rt_config *cfg, const char *opt, const char *val,
 		 char *err, size_t errlen);

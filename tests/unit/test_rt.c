@@ -1,0 +1,822 @@
+/* test_rt.c: the runtime end to end over the in-process pair: TCP and UDP echo, idle sleep, options, stats. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <flowplane/dev.h>
+#include <flowplane/rt.h>
+#include <flowplane/rt_stats.h>
+
+#include "harness.h"
+
+/*
+ * Two workers of one fp_rt_run, joined by a pair (dev.h): worker 0 is 10.9.0.1 and serves
+ * (TCP echo on 7, UDP echo on 9), worker 1 is 10.9.0.2 and is the client that checks
+ * every byte and stops the run. Everything the runtime does runs: the loop, the calls,
+ * timers, idle sleep, the stats segment. The caller owns the pair: after the run the test
+ * drains it and checks that every buffer of both pools came back.
+ */
+#define IP0        0x0a090001u      /* 10.9.0.1; worker i is IP0 + i */
+#define ECHO_PORT  7
+#define UDP_PORT   9
+#define UDP_CLIENT 5000
+#define TOTAL      (1u << 20)       /* bytes the TCP client sends and checks */
+#define CHUNK      (64u << 10)      /* bytes per client sendv */
+#define MAX_SEGS   4096             /* RECV segments the server may hold */
+#define UDP_COUNT  200
+#define UDP_INFLIGHT 4
+#define DEADLINE_US (20u * 1000 * 1000)
+#define LISTEN_COOKIE 1
+
+enum test_mode { MODE_TCP, MODE_UDP, MODE_IDLE };
+
+/* What both workers share: set up before the run, read after it. */
+static struct {
+	enum test_mode mode;
+	char stats_name[64];
+	uint8_t *pattern;
+	const struct fp_rt_stats_hdr *seg;   /* mapped by worker 0 at init, kept */
+	size_t seg_size;
+	int result;                          /* first failure seen by a handler */
+	uint64_t echoed, udp_ok;
+} T;
+
+#define FAIL(ctx, why) test_fail((ctx), (why), __LINE__)
+
+static void test_fail(struct fp_ctx *ctx, const char *why, int line)
+{
+	fprintf(stderr, "# worker %u: %s (line %d)\n", fp_ctx_worker(ctx), why, line);
+	if (!T.result)
+		T.result = -EBADMSG;
+	fp_ctx_stop(ctx, -EBADMSG);
+}
+
+/* ---- the server (worker 0): zero-copy echo, holding what the window did not take ---- */
+
+struct srv_conn {
+	struct fp_flow *flow;
+	struct iovec segs[MAX_SEGS];   /* received, not yet sent back (point into RECV data) */
+	unsigned head, n;
+	struct iovec iov[64];          /* the sendv in flight (valid until it executes) */
+	uint64_t offered;
+	bool inflight, wait_sent, eof, closed;
+};
+
+struct srv {
+	struct srv_conn *conn;         /* one connection is all the test makes */
+	struct iovec *udp_iov;         /* UDP echoes queued this round */
+	unsigned udp_cap;
+};
+
+static void srv_sent(struct fp_ctx *ctx, struct srv_conn *c, int64_t ret)
+{
+	uint64_t left = ret > 0 ? (uint64_t)ret : 0;
+
+	c->inflight = false;
+	if (ret < 0 && ret != -ENOBUFS)
+		FAIL(ctx, "server sendv failed");
+	if ((uint64_t)left < c->offered)
+		c->wait_sent = true;
+	if (left)
+		fp_recv_done(ctx, c->flow, (uint32_t)left);  /* sent: those bytes may go */
+	T.echoed += left;
+	while (left) {
+		struct iovec *s = &c->segs[c->head];
+		uint64_t k = left < s->iov_len ? left : s->iov_len;
+		s->iov_base = (uint8_t *)s->iov_base + k;
+		s->iov_len -= k;
+		left -= k;
+		if (!s->iov_len) {
+			c->head = (c->head + 1) % MAX_SEGS;
+			c->n--;
+		}
+	}
+}
+
+static void srv_push(struct fp_ctx *ctx, struct srv_conn *c)
+{
+	unsigned k = 0;
+
+	if (c->closed || c->inflight || c->wait_sent || !c->n) {
+		if (!c->closed && c->eof && !c->n && !c->inflight) {
+			fp_close(ctx, c->flow);
+			c->closed = true;
+		}
+		return;
+	}
+	c->offered = 0;
+	for (; k < c->n && k < FP_ARRAY_SIZE(c->iov); k++) {
+		c->iov[k] = c->segs[(c->head + k) % MAX_SEGS];
+		c->offered += c->iov[k].iov_len;
+	}
+	fp_sendv(ctx, c->flow, 0, c->iov, k);
+	c->inflight = true;
+}
+
+static void srv_cond(struct fp_ctx *ctx, struct srv *s, const struct fp_cond *cd, unsigned *nu)
+{
+	struct srv_conn *c = s->conn;
+
+	switch (cd->type) {
+	case FP_COND_KNOCK:
+		if (c) {
+			FAIL(ctx, "a second connection");
+			return;
+		}
+		c = s->conn = calloc(1, sizeof(*c));
+		c->flow = cd->flow;
+		fp_accept(ctx, cd->flow, 2);
+		return;
+	case FP_COND_RECV:
+		if (!c || cd->flow != c->flow || c->n == MAX_SEGS) {
+			FAIL(ctx, "RECV for no connection, or too many segments");
+			return;
+		}
+		c->segs[(c->head + c->n++) % MAX_SEGS] = (struct iovec){ (void *)cd->data, cd->len };
+		return;
+	case FP_COND_SENT:  if (c) c->wait_sent = false; return;
+	case FP_COND_EOF:   if (c) c->eof = true; return;
+	case FP_COND_DEAD:
+		if (c && !c->closed) {
+			fp_close(ctx, c->flow);
+			c->closed = true;
+		}
+		return;
+	case FP_COND_UDP_RECV:
+		s->udp_iov[*nu] = (struct iovec){ (void *)cd->data, cd->len };
+		fp_udp_sendto(ctx, UDP_PORT, cd->raddr, cd->rport, &s->udp_iov[(*nu)++], 0);
+		fp_udp_done(ctx, cd->m);   /* after the send: calls run in order */
+		return;
+	}
+}
+
+static void srv_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned n,
+		       const struct fp_call *rets, unsigned n_rets)
+{
+	struct srv *s = fp_ctx_user(ctx);
+	unsigned nu = 0;
+
+	if (n > s->udp_cap) {
+		s->udp_cap = n;
+		s->udp_iov = realloc(s->udp_iov, n * sizeof(*s->udp_iov));
+	}
+	/* Returns first: a short sendv waits for a SENT, which may be in this very round. */
+	for (unsigned i = 0; i < n_rets; i++) {
+		if (rets[i].type == FP_CALL_SENDV && s->conn)
+			srv_sent(ctx, s->conn, rets[i].ret);
+		else if ((rets[i].type == FP_CALL_LISTEN || rets[i].type == FP_CALL_UDP_BIND) &&
+			 rets[i].ret)
+			FAIL(ctx, "listen/bind failed");
+	}
+	for (unsigned i = 0; i < n; i++)
+		srv_cond(ctx, s, &conds[i], &nu);
+	if (s->conn)
+		srv_push(ctx, s->conn);
+}
+
+/* ---- the client (worker 1) ---- */
+
+struct cli {
+	struct fp_flow *flow;
+	struct iovec iov;
+	uint8_t udp_buf[UDP_INFLIGHT][1500];
+	struct iovec udp_iov[UDP_INFLIGHT];
+	uint64_t sent, recvd, offered;
+	unsigned udp_sent;
+	bool connected, inflight, wait_sent, done;
+};
+
+static size_t udp_len(unsigned seq) { return 1 + (seq * 97u) % 1400; }
+
+static void cli_udp_send(struct fp_ctx *ctx, struct cli *c)
+{
+	unsigned slot = c->udp_sent % UDP_INFLIGHT;
+	size_t len = udp_len(c->udp_sent);
+
+	memcpy(c->udp_buf[slot], T.pattern + c->udp_sent, len);
+	c->udp_iov[slot] = (struct iovec){ c->udp_buf[slot], len };
+	fp_udp_sendto(ctx, UDP_CLIENT, IP0, UDP_PORT, &c->udp_iov[slot], c->udp_sent);
+	c->udp_sent++;
+}
+
+static void cli_udp_recv(struct fp_ctx *ctx, struct cli *c, const struct fp_cond *cd)
+{
+	unsigned seq = (unsigned)T.udp_ok;
+
+	if (cd->len != udp_len(seq) || memcmp(cd->data, T.pattern + seq, cd->len))
+		FAIL(ctx, "UDP echo differs (or came out of order)");
+	fp_udp_done(ctx, cd->m);
+	if (++T.udp_ok == UDP_COUNT && !c->done) {
+		c->done = true;
+		fp_ctx_stop(ctx, 0);
+	} else if (c->udp_sent < UDP_COUNT) {
+		cli_udp_send(ctx, c);
+	}
+}
+
+static void cli_recv(struct fp_ctx *ctx, struct cli *c, const struct fp_cond *cd)
+{
+	if (c->recvd + cd->len > TOTAL || memcmp(cd->data, T.pattern + c->recvd, cd->len)) {
+		FAIL(ctx, "echoed bytes differ from what was sent");
+		return;
+	}
+	c->recvd += cd->len;
+	fp_recv_done(ctx, c->flow, cd->len);
+	if (c->recvd == TOTAL && !c->done) {
+		c->done = true;
+		fp_close(ctx, c->flow);
+		fp_ctx_stop(ctx, 0);
+	}
+}
+
+static void cli_cond(struct fp_ctx *ctx, struct cli *c, const struct fp_cond *cd)
+{
+	switch (cd->type) {
+	case FP_COND_CONNECTED:
+		if (cd->status) {
+			FAIL(ctx, "connect failed");
+			return;
+		}
+		c->flow = cd->flow;
+		c->connected = true;
+		return;
+	case FP_COND_RECV:     cli_recv(ctx, c, cd); return;
+	case FP_COND_SENT:     c->wait_sent = false; return;
+	case FP_COND_UDP_RECV: cli_udp_recv(ctx, c, cd); return;
+	case FP_COND_EOF:
+	case FP_COND_DEAD:
+		if (!c->done)
+			FAIL(ctx, "connection ended before the echo was complete");
+		return;
+	}
+}
+
+static void cli_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned n,
+		       const struct fp_call *rets, unsigned n_rets)
+{
+	struct cli *c = fp_ctx_user(ctx);
+
+	for (unsigned i = 0; i < n_rets; i++) {
+		const struct fp_call *r = &rets[i];
+		if (r->type == FP_CALL_SENDV) {
+			c->inflight = false;
+			if (r->ret < 0 && r->ret != -ENOBUFS)
+				FAIL(ctx, "client sendv failed");
+			c->sent += r->ret > 0 ? (uint64_t)r->ret : 0;
+			if (r->ret < (int64_t)c->offered)
+				c->wait_sent = true;
+		} else if ((r->type == FP_CALL_CONNECT || r->type == FP_CALL_UDP_BIND) && r->ret) {
+			FAIL(ctx, "connect/bind failed at once");
+		} else if (r->type == FP_CALL_UDP_SEND && r->ret != (int64_t)udp_len(r->cookie)) {
+			FAIL(ctx, "UDP send did not take the datagram");
+		}
+	}
+	for (unsigned i = 0; i < n; i++)
+		cli_cond(ctx, c, &conds[i]);
+	if (c->connected && !c->done && !c->inflight && !c->wait_sent && c->sent < TOTAL) {
+		c->offered = TOTAL - c->sent < CHUNK ? TOTAL - c->sent : CHUNK;
+		c->iov = (struct iovec){ T.pattern + c->sent, c->offered };
+		fp_sendv(ctx, c->flow, 0, &c->iov, 1);
+		c->inflight = true;
+	}
+}
+
+/* ---- the application ---- */
+
+static struct fp_timer deadline[2], idle_stop;
+
+/* Timers carry no context pointer: keep each worker's here. */
+static struct fp_ctx *ctxs[2];
+
+static void deadline_fn(struct fp_timer *t, uint64_t now_us)
+{
+	(void)now_us;
+	T.result = -ETIMEDOUT;
+	fp_ctx_stop(ctxs[t == &deadline[1]], -ETIMEDOUT);
+}
+
+static void idle_stop_fn(struct fp_timer *t, uint64_t now_us)
+{
+	(void)t;
+	(void)now_us;
+	fp_ctx_stop(ctxs[0], 0);
+}
+
+static int app_init(struct fp_ctx *ctx, void *arg)
+{
+	unsigned w = fp_ctx_worker(ctx);
+
+	(void)arg;
+	ctxs[w] = ctx;
+	fp_timer_init(&deadline[w], deadline_fn);
+	fp_ctx_timer_add(ctx, &deadline[w], fp_ctx_now_us(ctx) + DEADLINE_US);
+	if (w == 0) {
+		T.seg = fp_rt_stats_open(T.stats_name, &T.seg_size);
+		fp_ctx_set_user(ctx, calloc(1, sizeof(struct srv)));
+		if (T.mode == MODE_IDLE) {
+			fp_timer_init(&idle_stop, idle_stop_fn);
+			fp_ctx_timer_add(ctx, &idle_stop, fp_ctx_now_us(ctx) + 50000);
+		}
+		fp_listen(ctx, ECHO_PORT, LISTEN_COOKIE);
+		fp_udp_bind_call(ctx, UDP_PORT, 0);
+		return 0;
+	}
+	struct cli *c = calloc(1, sizeof(*c));
+	fp_ctx_set_user(ctx, c);
+	if (T.mode == MODE_TCP) {
+		fp_connect(ctx, IP0, ECHO_PORT, 1);
+	} else if (T.mode == MODE_UDP) {
+		fp_udp_bind_call(ctx, UDP_CLIENT, 0);
+		for (unsigned i = 0; i < UDP_INFLIGHT; i++)
+			cli_udp_send(ctx, c);
+	}
+	return 0;
+}
+
+static void app_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned n,
+		       const struct fp_call *rets, unsigned n_rets)
+{
+	if (fp_ctx_worker(ctx) == 0)
+		srv_handle(ctx, conds, n, rets, n_rets);
+	else
+		cli_handle(ctx, conds, n, rets, n_rets);
+}
+
+static void app_fini(struct fp_ctx *ctx)
+{
+	unsigned w = fp_ctx_worker(ctx);
+
+	fp_ctx_timer_cancel(ctx, &deadline[w]);
+	if (w == 0) {
+		struct srv *s = fp_ctx_user(ctx);
+		fp_ctx_timer_cancel(ctx, &idle_stop);
+		free(s->conn);
+		free(s->udp_iov);
+		free(s);
+	} else {
+		free(fp_ctx_user(ctx));
+	}
+}
+
+static const struct fp_app test_app = {
+	.name = "test_rt", .init = app_init, .handle = app_handle, .fini = app_fini,
+};
+
+/* ---- running it ---- */
+
+/* Take back what the pair still holds (frames in flight when the run stopped). */
+static void pair_drain(struct fp_devq *e[2])
+{
+	struct fp_mbuf *ms[64];
+	bool more = true;
+
+	while (more) {
+		more = false;
+		for (int i = 0; i < 2; i++) {
+			unsigned n;
+			while ((n = e[i]->ops->rx_burst(e[i], ms, 64)) > 0) {
+				more = true;
+				for (unsigned j = 0; j < n; j++)
+					fp_mbuf_free(&e[i]->cache, ms[j]);
+			}
+			if (e[i]->ops->reclaim(e[i]))
+				more = true;
+		}
+	}
+}
+
+static void pair_config(struct fp_rt_config *cfg, struct fp_devq *ends[2])
+{
+	fp_rt_config_init(cfg);
+	cfg->transport = FP_TRANSPORT_PAIR;
+	cfg->n_workers = 2;
+	cfg->cores[0] = cfg->cores[1] = -1;
+	cfg->cores_set = true;
+	cfg->ipv4 = IP0;
+	cfg->pair[0] = ends[0];
+	cfg->pair[1] = ends[1];
+	cfg->quiet = true;
+	cfg->stats_name = T.stats_name;
+	cfg->stack.rto_min_us = 20000;  /* a loaded CI box under ASan is not a datacenter */
+}
+
+/* Run the test app in @mode; returns fp_rt_run's result, with the pair checked for leaks. */
+static int run_pair(enum test_mode mode, void (*tweak)(struct fp_rt_config *))
+{
+	struct fp_devq *ends[2];
+	struct fp_rt_config cfg;
+	int ret;
+
+	memset(&T, 0, sizeof(T));
+	T.mode = mode;
+	snprintf(T.stats_name, sizeof(T.stats_name), "test-rt-%d", (int)getpid());
+	T.pattern = malloc(TOTAL);
+	uint64_t seed = fp_test_seed();
+	for (size_t i = 0; i < TOTAL; i++)
+		T.pattern[i] = (uint8_t)fp_test_rand(&seed);
+	assert_int_equal(fp_pair_create(4096, 2048, ends), 0);
+	pair_config(&cfg, ends);
+	if (tweak)
+		tweak(&cfg);
+	ret = fp_rt_run(&cfg, &test_app);
+	pair_drain(ends);
+	assert_int_equal(fp_pool_in_use(ends[0]->pool), 0);
+	assert_int_equal(fp_pool_in_use(ends[1]->pool), 0);
+	ends[0]->ops->close(ends[0]);
+	ends[1]->ops->close(ends[1]);
+	free(T.pattern);
+	T.pattern = NULL;
+	/* The run removed its segment; our mapping of it stays readable. */
+	assert_true(fp_rt_stats_open(T.stats_name, NULL) == NULL && errno == ENOENT);
+	return ret;
+}
+
+static uint64_t sum(const uint64_t *v, unsigned n)
+{
+	uint64_t s = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		s += v[i];
+	return s;
+}
+
+/* Invariants every worker record must keep, whatever the traffic. */
+static void check_worker_stats(const struct fp_rt_stats_hdr *h, unsigned i)
+{
+	const struct fp_rt_worker_stats *w = fp_rt_stats_worker(h, i);
+	uint64_t busy = sum(w->batch_hist, FP_RT_BATCH_BUCKETS), frames = 0;
+
+	for (unsigned b = 0; b < FP_RT_BATCH_BUCKETS - 1; b++)
+		frames += b * w->batch_hist[b];
+	if (getenv("FP_TEST_VERBOSE"))
+		printf("# worker %u: %llu rounds, %llu busy, %llu sleeps, rx %llu tx %llu, "
+		       "conds %llu calls %llu, injected %llu, rexmit %llu\n", i,
+		       (unsigned long long)w->iterations, (unsigned long long)busy,
+		       (unsigned long long)w->sleeps, (unsigned long long)w->rx_frames,
+		       (unsigned long long)w->tx_frames, (unsigned long long)w->conds,
+		       (unsigned long long)w->calls,
+		       (unsigned long long)w->drops[FP_RT_DROP_rx_injected],
+		       (unsigned long long)w->net[47]);
+	assert_true(w->seq > 0);
+	assert_true(w->rx_frames > 0 && w->tx_frames > 0);
+	assert_true(w->rx_bytes >= 42 * w->rx_frames);
+	assert_true(w->conds > 0 && w->calls > 0);
+	assert_true(busy > 0 && busy <= w->iterations);
+	assert_int_equal(busy, sum(w->loop_ns_hist, FP_RT_LOG2_BUCKETS));
+	assert_true(w->busy_cycles > 0);
+	/* batch < 64 here, so the histogram counts every frame the stack was given */
+	assert_int_equal(w->batch_hist[FP_RT_BATCH_BUCKETS - 1], 0);
+	assert_int_equal(frames, w->rx_frames - w->drops[FP_RT_DROP_rx_injected]);
+	/* the last publication came after the last round: the stack agrees */
+	assert_string_equal(h->net_names[0], "rx_frames");
+	assert_int_equal(w->net[0], frames);
+	assert_int_equal(w->queue, i);
+	assert_int_equal(w->core, -1);
+}
+
+static void check_header(const struct fp_rt_stats_hdr *h)
+{
+	assert_non_null(h);
+	assert_int_equal(h->magic, FP_RT_STATS_MAGIC);
+	assert_int_equal(h->version, FP_RT_STATS_VERSION);
+	assert_int_equal(h->n_workers, 2);
+	assert_int_equal(h->pid, getpid());
+	assert_string_equal(h->transport, "pair");
+	assert_string_equal(h->app, "test_rt");
+	assert_true(h->net_count > 0 && h->tsc_hz > 0);
+}
+
+static void batch_32(struct fp_rt_config *cfg)
+{
+	cfg->batch = 32;
+	cfg->idle = FP_IDLE_POLL;
+}
+
+/* 1 MB through a zero-copy echo, every byte checked, the workers polling (IX). */
+static void test_tcp_echo(void **state)
+{
+	(void)state;
+	assert_int_equal(run_pair(MODE_TCP, batch_32), 0);
+	assert_int_equal(T.result, 0);
+	assert_int_equal(T.echoed, TOTAL);
+	check_header(T.seg);
+	check_worker_stats(T.seg, 0);
+	check_worker_stats(T.seg, 1);
+	assert_int_equal(fp_rt_stats_worker(T.seg, 1)->sleeps, 0);  /* polling never sleeps */
+	munmap((void *)T.seg, T.seg_size);
+}
+
+static void lossy(struct fp_rt_config *cfg)
+{
+	cfg->batch = 16;
+	cfg->rx_drop = 0.02;
+	cfg->seed = 42;
+	cfg->idle = FP_IDLE_SLEEP;
+	cfg->spin_us = 50;
+}
+
+/* The same with 2% of received frames dropped before the stack, and the sleep policy:
+ * TCP recovers, and the injected drops are counted where the stack does not see them. */
+static void test_tcp_echo_lossy(void **state)
+{
+	(void)state;
+	assert_int_equal(run_pair(MODE_TCP, lossy), 0);
+	assert_int_equal(T.result, 0);
+	check_worker_stats(T.seg, 0);
+	check_worker_stats(T.seg, 1);
+	const struct fp_rt_worker_stats *w0 = fp_rt_stats_worker(T.seg, 0);
+	const struct fp_rt_worker_stats *w1 = fp_rt_stats_worker(T.seg, 1);
+	assert_true(w0->drops[FP_RT_DROP_rx_injected] + w1->drops[FP_RT_DROP_rx_injected] > 0);
+	munmap((void *)T.seg, T.seg_size);
+}
+
+static void udp_small_batch(struct fp_rt_config *cfg)
+{
+	cfg->batch = 8;
+}
+
+/* 200 datagrams of 1..1400 bytes echoed, in order, contents checked. */
+static void test_udp_echo(void **state)
+{
+	(void)state;
+	assert_int_equal(run_pair(MODE_UDP, udp_small_batch), 0);
+	assert_int_equal(T.result, 0);
+	assert_int_equal(T.udp_ok, UDP_COUNT);
+	check_worker_stats(T.seg, 0);
+	check_worker_stats(T.seg, 1);
+	munmap((void *)T.seg, T.seg_size);
+}
+
+static void idle_sleep(struct fp_rt_config *cfg)
+{
+	cfg->idle = FP_IDLE_SLEEP;
+	cfg->spin_us = 100;
+}
+
+/* Nothing to do for 50 ms: both workers sleep (worker 1 has no timer at all and is woken
+ * by the stop), and the run still stops when worker 0's timer says so. */
+static void test_idle_sleeps(void **state)
+{
+	(void)state;
+	assert_int_equal(run_pair(MODE_IDLE, idle_sleep), 0);
+	assert_int_equal(T.result, 0);
+	assert_non_null(T.seg);
+	assert_true(fp_rt_stats_worker(T.seg, 0)->sleeps > 0);
+	assert_true(fp_rt_stats_worker(T.seg, 1)->sleeps > 0);
+	assert_true(fp_rt_stats_worker(T.seg, 1)->idle_cycles > 0);
+	munmap((void *)T.seg, T.seg_size);
+}
+
+/* ---- options ---- */
+
+static int opt(struct fp_rt_config *cfg, const char *o, const char *v, char *err)
+{
+	err[0] = '\0';
+	return fp_rt_option(cfg, o, v, err, 256);
+}
+
+static void test_options_good(void **state)
+{
+	struct fp_rt_config c;
+	char err[256];
+
+	(void)state;
+	fp_rt_config_init(&c);
+	assert_int_equal(c.transport, FP_TRANSPORT_KERNEL);
+	assert_int_equal(c.n_workers, 1);
+	assert_int_equal(c.batch, FP_RT_DEFAULT_BATCH);
+	assert_int_equal(c.idle, FP_IDLE_SLEEP);
+	assert_int_equal(c.cores[3], 3);
+	assert_null(c.stats_name);
+	assert_int_equal(opt(&c, "if", "eth0", err), 1);
+	assert_int_equal(c.transport, FP_TRANSPORT_XDP);
+	assert_int_equal(opt(&c, "ip", "10.1.2.3/16", err), 1);
+	assert_int_equal(c.ipv4, 0x0a010203u);
+	assert_int_equal(c.prefix_len, 16);
+	assert_int_equal(opt(&c, "gw", "10.1.0.1", err), 1);
+	assert_int_equal(c.gateway, 0x0a010001u);
+	assert_int_equal(opt(&c, "cores", "0,2,5-6", err), 1);
+	assert_int_equal(c.n_workers, 4);
+	assert_int_equal(c.cores[2], 5);
+	assert_int_equal(c.cores[3], 6);
+	assert_int_equal(opt(&c, "workers", "2", err), 1);
+	assert_int_equal(opt(&c, "cores", "1-3", err), 1);
+	assert_int_equal(c.n_workers, 2);  /* --workers given: --cores does not change it */
+	assert_int_equal(opt(&c, "batch", "1024", err), 1);
+	assert_int_equal(opt(&c, "idle", "poll", err), 1);
+	assert_int_equal(c.idle, FP_IDLE_POLL);
+	assert_int_equal(opt(&c, "xdp-mode", "skb", err), 1);
+	assert_int_equal(c.xdp.mode, FP_XDP_SKB);
+	assert_int_equal(opt(&c, "xdp-copy", "yes", err), 1);
+	assert_true(c.xdp.force_copy);
+	assert_int_equal(opt(&c, "xdp-zerocopy", "1", err), 1);
+	assert_true(c.xdp.force_zerocopy);
+	assert_int_equal(opt(&c, "umem-frames", "8K", err), 1);
+	assert_int_equal(c.xdp.frames, 8192);
+	assert_int_equal(opt(&c, "rcv-buf", "1M", err), 1);
+	assert_int_equal(c.stack.rcv_buf, 1u << 20);
+	assert_int_equal(opt(&c, "rx-drop", "0.25", err), 1);
+	assert_true(c.rx_drop == 0.25);
+	assert_int_equal(opt(&c, "seed", "0xfeed", err), 1);
+	assert_int_equal(c.seed, 0xfeed);
+	assert_int_equal(opt(&c, "stats", "none", err), 1);
+	assert_string_equal(c.stats_name, "");
+	assert_int_equal(opt(&c, "stats", "web-1", err), 1);
+	assert_string_equal(c.stats_name, "web-1");
+	assert_int_equal(opt(&c, "threads", "2", err), 0);  /* not ours */
+	/* --net before --if wins over the implication */
+	fp_rt_config_init(&c);
+	assert_int_equal(opt(&c, "net", "kernel", err), 1);
+	assert_int_equal(opt(&c, "if", "eth0", err), 1);
+	assert_int_equal(c.transport, FP_TRANSPORT_KERNEL);
+}
+
+static void test_options_bad(void **state)
+{
+	static const char *const bad[][2] = {
+		{ "batch", "0" }, { "batch", "1025" }, { "batch", "12x" }, { "batch", "-1" },
+		{ "workers", "65" }, { "ip", "300.1.1.1" }, { "ip", "10.0.0.1/33" },
+		{ "ip", "10.0.0.1/" }, { "gw", "10.0.0.1/24" }, { "cores", "3-1" },
+		{ "cores", "" }, { "cores", "0,,1" }, { "cores", "a" }, { "idle", "nap" },
+		{ "net", "dpdk" }, { "xdp-mode", "fast" }, { "xdp-copy", "maybe" },
+		{ "rx-drop", "1.5" }, { "rx-drop", "nan" }, { "stats", "a/b" }, { "stats", "" },
+		{ "if", "" }, { "umem-frames", "1" }, { "rcv-buf", "10" }, { "seed", "x" },
+	};
+	struct fp_rt_config c;
+	char err[256];
+
+	(void)state;
+	fp_rt_config_init(&c);
+	for (size_t i = 0; i < FP_ARRAY_SIZE(bad); i++) {
+		int r = opt(&c, bad[i][0], bad[i][1], err);
+		if (r != -1)
+			fail_msg("--%s %s was taken", bad[i][0], bad[i][1]);
+		assert_true(strlen(err) > 0);
+		assert_null(strchr(err, '\n'));
+		assert_true(!strncmp(err, "--", 2));
+	}
+	assert_int_equal(opt(&c, "batch", NULL, err), -1);
+	assert_int_equal(c.batch, FP_RT_DEFAULT_BATCH);  /* a bad value changes nothing */
+}
+
+/* Every name fp_rt_option takes is in the help, whose descriptions start at column 24. */
+static void test_options_help(void **state)
+{
+	const char *p = fp_rt_options_help;
+	char want[40];
+
+	(void)state;
+	for (unsigned i = 0; fp_rt_option_names[i]; i++) {
+		struct fp_rt_config c;
+		char err[256];
+		snprintf(want, sizeof(want), "  --%s ", fp_rt_option_names[i]);
+		assert_non_null(strstr(fp_rt_options_help, want));
+		fp_rt_config_init(&c);
+		assert_int_not_equal(opt(&c, fp_rt_option_names[i], "?", err), 0);
+	}
+	while (*p) {
+		const char *nl = strchr(p, '\n');
+		assert_non_null(nl);
+		assert_true(nl - p > 25);
+		assert_true(p[23] == ' ' && p[24] != ' ');
+		p = nl + 1;
+	}
+}
+
+/* ---- startup failures: one line on stderr, -errno back ---- */
+
+/* Run with stderr captured; returns the result, the line in @line. */
+static int run_captured(const struct fp_rt_config *cfg, char *line, size_t len)
+{
+	FILE *tmp = tmpfile();
+	int saved = dup(2), ret;
+	size_t n;
+
+	fflush(stderr);
+	dup2(fileno(tmp), 2);
+	ret = fp_rt_run(cfg, &test_app);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	rewind(tmp);
+	n = fread(line, 1, len - 1, tmp);
+	line[n] = '\0';
+	fclose(tmp);
+	return ret;
+}
+
+static void expect_startup_error(const struct fp_rt_config *cfg, int err, const char *step)
+{
+	char line[512], want[64];
+
+	assert_int_equal(run_captured(cfg, line, sizeof(line)), err);
+	snprintf(want, sizeof(want), "flowplane: %s: ", step);
+	if (strncmp(line, want, strlen(want)))
+		fail_msg("expected '%s...', got '%s'", want, line);
+	assert_non_null(strchr(line, '\n'));
+	assert_true(strchr(line, '\n')[1] == '\0');  /* exactly one line */
+}
+
+static void test_startup_errors(void **state)
+{
+	struct fp_rt_config c;
+	int fd;
+
+	(void)state;
+	fp_rt_config_init(&c);
+	c.transport = FP_TRANSPORT_XDP;
+	expect_startup_error(&c, -EINVAL, "config");           /* no --if */
+	c.ifname = "eth0";
+	expect_startup_error(&c, -EINVAL, "config");           /* no --ip */
+	fp_rt_config_init(&c);
+	c.transport = FP_TRANSPORT_PAIR;
+	c.ipv4 = IP0;
+	expect_startup_error(&c, -EINVAL, "config");           /* no pair queues */
+	fp_rt_config_init(&c);
+	c.cores[0] = 4000;
+	expect_startup_error(&c, -EINVAL, "cores");
+	fp_rt_config_init(&c);
+	c.n_cores = 1;
+	c.n_workers = 2;
+	expect_startup_error(&c, -EINVAL, "config");
+	/* a stats name held by a live process (pid 1) is refused */
+	char name[64], path[80];
+	snprintf(name, sizeof(name), "test-rt-busy-%d", (int)getpid());
+	snprintf(path, sizeof(path), "/flowplane-%s", name);
+	fp_rt_config_init(&c);
+	c.stats_name = name;
+	fd = shm_open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	struct fp_rt_stats_hdr h = { .magic = FP_RT_STATS_MAGIC, .pid = 1 };
+	assert_int_equal(write(fd, &h, sizeof(h)), sizeof(h));
+	close(fd);
+	expect_startup_error(&c, -EEXIST, "stats");
+	shm_unlink(path);
+}
+
+/* A segment left by a run that died is replaced; junk is refused by readers. */
+static void test_stats_segment(void **state)
+{
+	char name[64], path[80];
+	size_t size;
+	int fd;
+
+	(void)state;
+	errno = 0;
+	assert_null(fp_rt_stats_open("no-such-run-here", &size));
+	assert_int_equal(errno, ENOENT);
+	snprintf(name, sizeof(name), "test-rt-junk-%d", (int)getpid());
+	snprintf(path, sizeof(path), "/flowplane-%s", name);
+	fd = shm_open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	struct fp_rt_stats_hdr h = { .magic = 0x1234, .pid = 0x7ffffff0 };
+	assert_int_equal(write(fd, &h, sizeof(h)), sizeof(h));
+	close(fd);
+	assert_null(fp_rt_stats_open(name, &size));
+	assert_int_equal(errno, EPROTO);
+	/* a run under that name replaces the stale segment (its pid is not alive) */
+	memset(&T, 0, sizeof(T));
+	T.mode = MODE_IDLE;
+	snprintf(T.stats_name, sizeof(T.stats_name), "%s", name);
+	struct fp_devq *ends[2];
+	struct fp_rt_config cfg;
+	assert_int_equal(fp_pair_create(512, 2048, ends), 0);
+	pair_config(&cfg, ends);
+	assert_int_equal(fp_rt_run(&cfg, &test_app), 0);
+	assert_non_null(T.seg);
+	check_header(T.seg);
+	munmap((void *)T.seg, T.seg_size);
+	pair_drain(ends);
+	ends[0]->ops->close(ends[0]);
+	ends[1]->ops->close(ends[1]);
+	errno = 0;
+	assert_null(fp_rt_stats_open(name, &size));
+	assert_int_equal(errno, ENOENT);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_options_good),
+		cmocka_unit_test(test_options_bad),
+		cmocka_unit_test(test_options_help),
+		cmocka_unit_test(test_startup_errors),
+		cmocka_unit_test(test_stats_segment),
+		cmocka_unit_test(test_idle_sleeps),
+		cmocka_unit_test(test_udp_echo),
+		cmocka_unit_test(test_tcp_echo),
+		cmocka_unit_test(test_tcp_echo_lossy),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -24,7 +24,7 @@
 #define SHM_PREFIX "flowplane-"
 
 static const char usage[] =
-	"usage: fp-stats [--name NAME] [--interval SEC] [--count N] [--once] [--json]\n"
+	"usage: fp-stats [--name NAME] [--interval SEC] [--count N] [--once] [--json] [--totals]\n"
 	"\n"
 	"Show each worker of a running flowplane every interval: packets and Mbit/s each way,\n"
 	"busy share of the loop, mean and p99 frames per stack pass, p99 loop time, mean rx\n"
@@ -36,6 +36,8 @@ static const char usage[] =
 	"  --count N        stop after N views (default: until the run exits)\n"
 	"  --once           one view (after one interval), then exit\n"
 	"  --json           one JSON object per view instead of a table\n"
+	"  --totals         print every counter and histogram since the start as one JSON\n"
+	"                   object, at once, and exit (for scripts: take two and subtract)\n"
 	"  --help           this text\n"
 	"\n"
 	"Exit status: 0 when done or the run exited, 1 when no run is found, 2 on bad usage\n"
@@ -52,6 +54,7 @@ struct opts {
 	double interval;
 	long count;        /* 0: forever */
 	bool json;
+	bool totals;
 };
 
 struct seg {
@@ -85,6 +88,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		{ "name", required_argument, NULL, 'n' }, { "interval", required_argument, NULL, 'i' },
 		{ "count", required_argument, NULL, 'c' }, { "once", no_argument, NULL, '1' },
 		{ "json", no_argument, NULL, 'j' },        { "help", no_argument, NULL, 'h' },
+		{ "totals", no_argument, NULL, 't' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char *end;
@@ -94,6 +98,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		switch (c) {
 		case 'n': o->name = optarg; break;
 		case 'j': o->json = true; break;
+		case 't': o->totals = true; break;
 		case '1': o->count = 1; break;
 		case 'h': fputs(usage, stdout); exit(0);
 		case 'i':
@@ -341,6 +346,64 @@ static void print_json(const struct seg *s, const struct sample *a, const struct
 	fflush(stdout);
 }
 
+static void json_array(const char *key, const uint64_t *v, unsigned n)
+{
+	printf(",\"%s\":[", key);
+	for (unsigned i = 0; i < n; i++)
+		printf("%s%llu", i ? "," : "", (unsigned long long)v[i]);
+	putchar(']');
+}
+
+/* Cumulative counters of one worker, every field of its record, by name. */
+static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
+				const struct fp_rt_worker_stats *w)
+{
+	printf("%s{\"worker\":%u,\"core\":%d,\"queue\":%u,\"seq\":%llu,\"iterations\":%llu,"
+	       "\"busy_cycles\":%llu,\"idle_cycles\":%llu,\"sleeps\":%llu,\"rx_frames\":%llu,"
+	       "\"rx_bytes\":%llu,\"tx_frames\":%llu,\"tx_bytes\":%llu,\"conds\":%llu,"
+	       "\"calls\":%llu,\"app_ops\":%llu,\"app_errors\":%llu,\"tcp_conns\":%llu,"
+	       "\"pool_in_use\":%llu,\"drops\":{", i ? "," : "", i, w->core, w->queue,
+	       (unsigned long long)w->seq, (unsigned long long)w->iterations,
+	       (unsigned long long)w->busy_cycles, (unsigned long long)w->idle_cycles,
+	       (unsigned long long)w->sleeps, (unsigned long long)w->rx_frames,
+	       (unsigned long long)w->rx_bytes, (unsigned long long)w->tx_frames,
+	       (unsigned long long)w->tx_bytes, (unsigned long long)w->conds,
+	       (unsigned long long)w->calls, (unsigned long long)w->app_ops,
+	       (unsigned long long)w->app_errors, (unsigned long long)w->tcp_conns,
+	       (unsigned long long)w->pool_in_use);
+	for (unsigned k = 0; k < FP_RT_DROP_COUNT; k++)
+		printf("%s\"%s\":%llu", k ? "," : "", drop_names[k], (unsigned long long)w->drops[k]);
+	printf("},\"net\":{");
+	for (unsigned k = 0; k < h->net_count && k < FP_RT_NET_MAX; k++)
+		printf("%s\"%.31s\":%llu", k ? "," : "", h->net_names[k], (unsigned long long)w->net[k]);
+	putchar('}');
+	json_array("batch_hist", w->batch_hist, FP_RT_BATCH_BUCKETS);
+	json_array("rxq_hist", w->rxq_hist, FP_RT_LOG2_BUCKETS);
+	json_array("loop_ns_hist", w->loop_ns_hist, FP_RT_LOG2_BUCKETS);
+	putchar('}');
+}
+
+static int print_totals(const struct seg *s)
+{
+	const struct fp_rt_stats_hdr *h = s->h;
+	struct sample a = { mono_s(), calloc(h->n_workers, sizeof(*a.w)) };
+
+	if (!a.w) {
+		fprintf(stderr, "fp-stats: out of memory\n");
+		return 1;
+	}
+	take_sample(h, &a);
+	printf("{\"name\":\"%s\",\"pid\":%d,\"app\":\"%s\",\"transport\":\"%s\","
+	       "\"ifname\":\"%s\",\"tsc_hz\":%llu,\"batch_max\":%u,\"idle_policy\":%u,"
+	       "\"workers\":[", s->name, (int)h->pid, h->app, h->transport, h->ifname,
+	       (unsigned long long)h->tsc_hz, h->batch_max, h->idle_policy);
+	for (unsigned i = 0; i < h->n_workers; i++)
+		print_worker_totals(h, i, &a.w[i]);
+	printf("]}\n");
+	free(a.w);
+	return 0;
+}
+
 static void sleep_s(double s)
 {
 	struct timespec ts = { (time_t)s, (long)((s - floor(s)) * 1e9) };
@@ -387,7 +450,7 @@ int main(int argc, char **argv)
 	memset(&s, 0, sizeof(s));
 	if ((ret = o.name ? open_named(o.name, &s) : find_segment(&s)) != 0)
 		return ret;
-	ret = watch(&s, &o);
+	ret = o.totals ? print_totals(&s) : watch(&s, &o);
 	munmap((void *)s.h, s.size);
 	return ret;
 }

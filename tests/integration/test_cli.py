@@ -1,4 +1,7 @@
 """Every command-line entry point: bad arguments give one line on stderr and exit 2."""
+import json
+import os
+
 import pytest
 
 from conftest import run
@@ -24,6 +27,8 @@ def assert_usage_error(r, *words):
     (["demo", "--quick", "extra"], "unexpected argument 'extra'"),
     (["bootstrap", "now"], "bootstrap takes no arguments"),
     (["bench-stack", "--slow"], "unknown argument '--slow'"),
+    (["bench-echo", "--slow"], "unknown argument '--slow'"),
+    (["bench-echo", "--quick", "x"], "unexpected argument 'x'"),
 ])
 def test_flowplane_driver_bad_args(root, args, word):
     r = run([root / "flowplane", *args])
@@ -36,7 +41,8 @@ def test_flowplane_driver_bad_args(root, args, word):
 def test_flowplane_help(root):
     r = run([root / "flowplane", "help"])
     assert r.returncode == 0
-    for cmd in ("demo", "test", "build", "bench", "qsim", "bootstrap"):
+    for cmd in ("demo", "test", "build", "bench", "bench-echo", "echo", "stats", "topo", "qsim",
+                "bootstrap"):
         assert f"\n  {cmd}" in r.stdout
 
 
@@ -124,3 +130,10 @@ def test_demo_quick_writes_its_results(root, tmp_path):
     assert stack.count("bulk: 10000000 bytes") == 2
     assert "with faults:" in stack and " 0 bytes differ from what was sent" in stack
     assert "mem: 1000 connections each side, 2001 control blocks" in stack
+    if os.geteuid() == 0:
+        echo = json.loads((out / "echo.json").read_text())
+        for name, reps in echo["rtt"].items():
+            assert len(reps) == 1 and 0 < reps[0]["p50"] <= reps[0]["p99"], (name, reps)
+        for name, reps in echo["tput"].items():
+            assert reps[0]["msgs_per_s"] > 0 and reps[0]["errors"] == 0, (name, reps)
+        assert "| xdp-poll<-xdp-poll |" in (out / "echo.md").read_text()

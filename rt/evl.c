@@ -1,26 +1,31 @@
-/* evl.c: the event-callback layer over the native API (libix): read callbacks, coalesced writes. */
+/* evl.c: the event-callback layer over the native API (libix): rounds, conditions, connection lifetime. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <flowplane/compiler.h>
-#include <flowplane/evl.h>
 #include <flowplane/log.h>
 
-#include "defs.h"
+#include "evl_defs.h"
 
 /*
  * How a round goes (the worker calls evl_handle once per round, see api.c):
  *
  *   1. returns of last round's calls: a SENDV's count advances that connection's output
- *      (IX: sendv returns what the window took, the rest is offered again later); a
- *      CONNECT error ends the connect; a LISTEN error stops the run;
+ *      (IX: sendv returns what the window took, the rest is offered again later) and may
+ *      let held input go on (evl_io.c); a CONNECT error ends the connect; a LISTEN error
+ *      stops the run;
  *   2. conditions, in order: KNOCK, CONNECTED, RECV (read callbacks), SENT, EOF, DEAD,
  *      UDP_RECV;
- *   3. the flush: every connection touched this round (the dirty list) gets its
- *      recv_done, one sendv over its pending chunks (libix coalesces a round's writes
- *      into one sendv), and its close once the output has drained;
+ *   3. the flush: every connection touched this round (the dirty list) is shown the input
+ *      that waited for room, gets its recv_done, one sendv over its pending chunks (libix
+ *      coalesces a round's writes into one sendv), and its close once the output has
+ *      drained;
  *   4. the reap: connections released and with no call in flight are freed.
+ *
+ * Outside the handler (a timer, init, fini) the same flush runs at once for what the
+ * application touched, and the runtime executes the calls it queued right after that timer
+ * pass; a sendv queued and not yet executed is extended by later writes of the pass, so a
+ * pass's writes leave together.
  *
  * A connection's cookie is its own address, so it must outlive every call that carries
  * it: @inflight counts those calls, and a released connection is freed only in step 4 of
@@ -30,198 +35,12 @@
  * conditions of a new flow (a RECV behind the handshake in the same round) still carry
  * it, and are matched to their connection by flow (evl_knocked).
  *
- * Input: bytes a read callback consumed, and bytes it left (copied aside, so they are
- * the copy's now), are both given back with recv_done at the flush: the window reopens
- * at once. There is no back-pressure beyond EVL_RX_MAX left unconsumed, which resets the
- * connection.
- *
- * Memory a queued call points to must stay put until the call executes: output lives in
- * fixed-size chunks that are only ever appended to (a queued sendv's iov covers bytes
- * that no later write moves), and iovs and UDP datagrams live in a per-worker arena that
- * is recycled only when the call array is empty, i.e. when everything that pointed into
- * it has executed.
- *
- * Writes made outside the handler (from a timer) cannot wait for step 3, which only comes
- * with the next round: when no sendv is in flight they queue one at once, and the worker
- * executes it right after the timer pass. Later writes of that pass follow when its
- * return comes up next round.
+ * When the run stops, fini resets every connection still open (evl_abort_all): the stack
+ * goes away with the worker, and a peer must not be left with a connection established
+ * forever. The worker transmits those RSTs before it destroys the stack (worker.c).
  */
 
-#define EVL_CHUNK_BYTES   16384u                  /* one output chunk, header included */
-#define EVL_CHUNK_DATA    (EVL_CHUNK_BYTES - 16u)
-#define EVL_FREE_CHUNKS   256u                    /* chunks a worker keeps for reuse (4 MiB) */
-#define EVL_SENDV_IOV     64u                     /* chunks one sendv offers (~1 MiB) */
-#define EVL_DEFAULT_MAX_PENDING (4u << 20)
-#define EVL_RX_MAX        (4u << 20)              /* left unconsumed beyond this: the
-						   * connection is reset (-EMSGSIZE) */
-#define EVL_RX_KEEP       (64u << 10)             /* larger idle copy-aside buffers are freed */
-#define EVL_ARENA_BLOCK   (64u << 10)
 #define EVL_LISTENER_TAG  1u                      /* bit 0 of a listener's cookie */
-
-struct evl_chunk {
-	struct evl_chunk *next;
-	uint32_t len;                    /* bytes filled */
-	uint32_t pad;
-	uint8_t data[EVL_CHUNK_DATA];
-};
-static_assert(sizeof(struct evl_chunk) == EVL_CHUNK_BYTES, "one chunk is one malloc size class");
-
-enum evl_state {
-	EVL_CONNECTING = 0,              /* fp_connect queued, no flow yet */
-	EVL_OPEN,                        /* @flow is live */
-	EVL_RELEASED,                    /* close/abort queued (or no flow ever came) */
-};
-
-struct fp_evl_conn {
-	struct fp_evl *evl;
-	struct fp_flow *flow;
-	void *user;
-	uint8_t state;                   /* enum evl_state */
-	bool app_gone;                   /* closed/close/abort: no more callbacks */
-	bool closing;                    /* close once the output has drained */
-	bool abort_due;                  /* app aborted while connecting */
-	bool sendv_inflight;             /* one sendv at a time per connection */
-	bool blocked;                    /* the window took less than offered: wait for SENT */
-	bool dirty, reaping;
-	uint16_t rport;
-	uint32_t raddr;
-	unsigned inflight;               /* queued calls whose cookie is this connection */
-	uint64_t born;                   /* the round it was created in */
-	uint32_t rx_done;                /* RECV bytes to recv_done at the flush */
-
-	/* Output: a queue of chunks; @head_off bytes of the first are already taken. */
-	struct evl_chunk *head, *tail;
-	uint32_t head_off;
-	size_t pending;
-	size_t offered;                  /* bytes the sendv in flight offered */
-
-	/* Copy-aside input: what read left unconsumed, at rx + rx_off. */
-	uint8_t *rx;
-	uint32_t rx_off, rx_len, rx_cap;
-
-	struct fp_evl_conn *next, *prev; /* every connection of the worker */
-	struct fp_evl_conn *dirty_next, *reap_next;
-};
-
-struct evl_listener {
-	struct evl_listener *next;
-	void *larg;
-	uint16_t port;
-};
-
-struct evl_block {
-	struct evl_block *next;
-	size_t size, used;
-	uint8_t data[];
-};
-
-struct fp_evl {
-	struct fp_ctx *ctx;
-	const struct fp_evl_ops *ops;
-	void *arg, *user;
-	size_t max_pending;
-	bool in_handle;
-	uint64_t round;                            /* handler calls so far */
-	unsigned n_conns;
-	struct fp_evl_conn *conns;                 /* all, including released ones */
-	struct fp_evl_conn *dirty, *reap;
-	struct evl_chunk *free_chunks;
-	unsigned n_free_chunks;
-	struct evl_listener *listeners;
-	struct evl_block *arena, *arena_cur;       /* blocks in order; allocating in cur */
-	uint64_t udp_send_errors;
-} fp_aligned_cache;
-
-/* ---- arena: iovs and datagrams of queued calls ---- */
-
-static void evl_arena_reset(struct fp_evl *evl)
-{
-	struct evl_block *b;
-
-	for (b = evl->arena; b; b = b->next)
-		b->used = 0;
-	evl->arena_cur = evl->arena;
-}
-
-/* @size bytes that stay valid until the call array is next empty; NULL on ENOMEM. */
-static void *evl_arena_alloc(struct fp_evl *evl, size_t size)
-{
-	struct evl_block *b = evl->arena_cur, **link;
-
-	/* Outside the handler, an empty call array means nothing points in here any more. */
-	if (!evl->in_handle && evl->ctx->n_calls == 0)
-		evl_arena_reset(evl);
-	b = evl->arena_cur;
-	size = (size + 15u) & ~(size_t)15u;
-	while (b && b->size - b->used < size)
-		b = b->next;
-	if (!b) {
-		size_t bsize = size > EVL_ARENA_BLOCK ? size : EVL_ARENA_BLOCK;
-
-		b = malloc(sizeof(*b) + bsize);
-		if (!b)
-			return NULL;
-		b->next = NULL;
-		b->size = bsize;
-		b->used = 0;
-		for (link = &evl->arena; *link; link = &(*link)->next)
-			;
-		*link = b;
-	}
-	evl->arena_cur = b;
-	b->used += size;
-	return b->data + b->used - size;
-}
-
-/* ---- output chunks ---- */
-
-static struct evl_chunk *evl_chunk_get(struct fp_evl *evl)
-{
-	struct evl_chunk *ch = evl->free_chunks;
-
-	if (ch) {
-		evl->free_chunks = ch->next;
-		evl->n_free_chunks--;
-	} else if (!(ch = malloc(sizeof(*ch)))) {
-		return NULL;
-	}
-	ch->next = NULL;
-	ch->len = 0;
-	return ch;
-}
-
-static void evl_chunk_put(struct fp_evl *evl, struct evl_chunk *ch)
-{
-	if (evl->n_free_chunks >= EVL_FREE_CHUNKS) {
-		free(ch);
-		return;
-	}
-	ch->next = evl->free_chunks;
-	evl->free_chunks = ch;
-	evl->n_free_chunks++;
-}
-
-/* The transport took @n bytes of @c's output: drop them, and the chunks they emptied. */
-static void evl_out_advance(struct fp_evl_conn *c, size_t n)
-{
-	struct evl_chunk *ch;
-
-	while (n && (ch = c->head)) {
-		uint32_t avail = ch->len - c->head_off;
-		uint32_t take = n < avail ? (uint32_t)n : avail;
-
-		c->head_off += take;
-		c->pending -= take;
-		n -= take;
-		if (c->head_off == ch->len) {
-			c->head = ch->next;
-			if (!c->head)
-				c->tail = NULL;
-			c->head_off = 0;
-			evl_chunk_put(c->evl, ch);
-		}
-	}
-}
 
 /* ---- connections ---- */
 
@@ -245,13 +64,8 @@ static struct fp_evl_conn *evl_conn_new(struct fp_evl *evl, enum evl_state state
 static void evl_conn_free(struct fp_evl_conn *c)
 {
 	struct fp_evl *evl = c->evl;
-	struct evl_chunk *ch, *next;
 
-	for (ch = c->head; ch; ch = next) {
-		next = ch->next;
-		evl_chunk_put(evl, ch);
-	}
-	free(c->rx);
+	evl_conn_io_free(c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -262,7 +76,7 @@ static void evl_conn_free(struct fp_evl_conn *c)
 	free(c);
 }
 
-static void evl_mark_dirty(struct fp_evl_conn *c)
+void evl_mark_dirty(struct fp_evl_conn *c)
 {
 	if (c->dirty)
 		return;
@@ -281,36 +95,28 @@ static void evl_maybe_reap(struct fp_evl_conn *c)
 	c->evl->reap = c;
 }
 
-static void evl_rx_drop(struct fp_evl_conn *c)
-{
-	c->rx_off = c->rx_len = 0;
-}
-
-/* Hand @c's flow back with CLOSE or ABORT (after the recv_done it is owed). The cookie
- * keeps @c alive until that call's return has been seen. */
+/* Hand @c's flow back with CLOSE or ABORT (after the recv_done it is owed, held input
+ * included). The cookie keeps @c alive until that call's return has been seen. */
 static void evl_release(struct fp_evl_conn *c, uint16_t type)
 {
 	struct fp_ctx *ctx = c->evl->ctx;
 
 	if (c->state == EVL_RELEASED)
 		return;
+	evl_rx_drop(c);
 	if (c->flow) {
-		if (c->rx_done) {
+		if (c->rx_done)
 			fp_recv_done(ctx, c->flow, c->rx_done);
-			c->rx_done = 0;
-		}
 		fp_flow_call(ctx, type, c->flow, (uint64_t)(uintptr_t)c);
 		c->inflight++;
 	}
+	c->rx_done = 0;
 	c->flow = NULL;
 	c->state = EVL_RELEASED;
-	evl_rx_drop(c);
 	evl_maybe_reap(c);
 }
 
-/* The flow failed (DEAD, a sendv error, an oversized request): release it with @type
- * and tell the application once. */
-static void evl_fail(struct fp_evl_conn *c, int status, uint16_t type)
+void evl_fail(struct fp_evl_conn *c, int status, uint16_t type)
 {
 	struct fp_evl *evl = c->evl;
 
@@ -324,83 +130,50 @@ static void evl_fail(struct fp_evl_conn *c, int status, uint16_t type)
 	}
 }
 
-/* Queue one sendv over @c's pending chunks (at most EVL_SENDV_IOV of them). */
-static void evl_sendv(struct fp_evl_conn *c)
-{
-	struct fp_evl *evl = c->evl;
-	struct evl_chunk *ch;
-	struct iovec *iov;
-	unsigned n = 0;
-	size_t total = 0;
-
-	for (ch = c->head; ch && n < EVL_SENDV_IOV; ch = ch->next)
-		n++;
-	iov = evl_arena_alloc(evl, n * sizeof(*iov));
-	if (!iov) {
-		log_warn("evl: out of memory for a sendv; retrying next round");
-		return;
-	}
-	n = 0;
-	for (ch = c->head; ch && n < EVL_SENDV_IOV; ch = ch->next, n++) {
-		uint32_t off = ch == c->head ? c->head_off : 0;
-
-		iov[n].iov_base = ch->data + off;
-		iov[n].iov_len = ch->len - off;
-		total += ch->len - off;
-	}
-	fp_sendv(evl->ctx, c->flow, (uint64_t)(uintptr_t)c, iov, n);
-	c->inflight++;
-	c->sendv_inflight = true;
-	c->offered = total;
-}
-
-static bool evl_can_send(const struct fp_evl_conn *c)
-{
-	return c->state == EVL_OPEN && c->pending && !c->sendv_inflight && !c->blocked;
-}
-
-/* Step 3 for one connection: recv_done, sendv, close when drained. */
+/* Step 3 for one connection: waiting input, recv_done, sendv, close when drained. */
 static void evl_flush_conn(struct fp_evl_conn *c)
 {
 	if (c->state != EVL_OPEN)
 		return;
+	if (c->rx_again) {
+		c->rx_again = false;
+		c->resumed_at = c->evl->flushes;
+		evl_rx_resume(c);
+		if (c->state != EVL_OPEN)
+			return;
+	}
 	if (c->rx_done) {
 		fp_recv_done(c->evl->ctx, c->flow, c->rx_done);
 		c->rx_done = 0;
 	}
-	if (evl_can_send(c))
-		evl_sendv(c);
+	evl_send(c);
 	if (c->closing && !c->pending && !c->sendv_inflight)
 		evl_release(c, FP_CALL_CLOSE);
 }
 
-/* ---- returns ---- */
-
-static void evl_ret_sendv(struct fp_evl_conn *c, int64_t ret)
+void evl_flush_dirty(struct fp_evl *evl)
 {
-	const struct fp_evl_ops *ops = c->evl->ops;
+	bool in_handle = evl->in_handle;
+	struct fp_evl_conn *c;
 
-	c->sendv_inflight = false;
-	if (c->state == EVL_RELEASED)
-		return;
-	if (ret == -ENOBUFS) {          /* the transport is short of buffers: offer again */
-		evl_mark_dirty(c);
-		return;
+	/* Outside the handler, an empty call array means nothing points into the arena. */
+	if (!in_handle && evl->ctx->n_calls == 0)
+		evl_arena_reset(evl);
+	/* Callbacks run from here (read, drained, closed) only mark what they touch: the
+	 * loop flushes it, so nothing here recurses. */
+	evl->in_handle = true;
+	evl->flushing = true;
+	evl->flushes++;
+	while ((c = evl->dirty)) {
+		evl->dirty = c->dirty_next;
+		c->dirty = false;
+		evl_flush_conn(c);
 	}
-	if (ret < 0) {
-		evl_fail(c, (int)ret, FP_CALL_CLOSE);
-		return;
-	}
-	if ((size_t)ret > c->offered)
-		ret = (int64_t)c->offered;
-	evl_out_advance(c, (size_t)ret);
-	if ((size_t)ret < c->offered)
-		c->blocked = true;
-	if (!c->pending && !c->app_gone && ops->drained)
-		ops->drained(c);
-	if (c->state == EVL_OPEN && (c->pending || c->closing))
-		evl_mark_dirty(c);
+	evl->flushing = false;
+	evl->in_handle = in_handle;
 }
+
+/* ---- returns ---- */
 
 static void evl_ret_conn(struct fp_evl *evl, const struct fp_call *r)
 {
@@ -489,11 +262,10 @@ static void evl_knock(struct fp_evl *evl, const struct fp_cond *k)
 	}
 	if (c->state == EVL_RELEASED)   /* aborted from accept() */
 		return;
+	/* accept() may have written or closed already (@c is on the dirty list then): the
+	 * flush comes after the accept. */
 	fp_accept(evl->ctx, k->flow, (uint64_t)(uintptr_t)c);
 	c->inflight++;
-	/* accept() may have written or closed already: the flush comes after the accept. */
-	if (c->pending || c->closing)
-		evl_mark_dirty(c);
 }
 
 static void evl_connected(struct fp_evl *evl, struct fp_evl_conn *c, const struct fp_cond *k)
@@ -527,95 +299,14 @@ static void evl_connected(struct fp_evl *evl, struct fp_evl_conn *c, const struc
 	evl_mark_dirty(c);
 }
 
-/* Show @data to the application until it stops consuming; returns bytes consumed. */
-static size_t evl_feed(struct fp_evl_conn *c, const uint8_t *data, size_t len)
-{
-	size_t off = 0;
-
-	while (off < len && !c->app_gone && c->state == EVL_OPEN) {
-		size_t n = c->evl->ops->read(c, data + off, len - off);
-
-		if (n == 0)
-			break;
-		off += n < len - off ? n : len - off;
-	}
-	return off;
-}
-
-/* Append @len bytes to @c's copy-aside buffer; -EMSGSIZE past EVL_RX_MAX. */
-static int evl_rx_append(struct fp_evl_conn *c, const uint8_t *data, size_t len)
-{
-	size_t need = (size_t)c->rx_len + len;
-
-	if (need > EVL_RX_MAX)
-		return -EMSGSIZE;
-	if (c->rx_off && c->rx_off + need > c->rx_cap) {
-		memmove(c->rx, c->rx + c->rx_off, c->rx_len);
-		c->rx_off = 0;
-	}
-	if (c->rx_off + need > c->rx_cap) {
-		size_t cap = c->rx_cap ? c->rx_cap : 2048;
-		uint8_t *n;
-
-		while (cap < need)
-			cap *= 2;
-		if (!(n = realloc(c->rx, cap)))
-			return -ENOMEM;
-		c->rx = n;
-		c->rx_cap = (uint32_t)cap;
-	}
-	memcpy(c->rx + c->rx_off + c->rx_len, data, len);
-	c->rx_len += (uint32_t)len;
-	return 0;
-}
-
-/*
- * In-order bytes for @c. Whatever happens to them, they are owed back to the transport
- * at the flush: consumed ones are done with, and unconsumed ones are copied aside first.
- */
-static void evl_recv(struct fp_evl_conn *c, const struct fp_cond *k)
-{
-	size_t used;
-	int rc = 0;
-
-	c->rx_done += k->len;
-	evl_mark_dirty(c);
-	if (c->app_gone || c->state != EVL_OPEN)
-		return;
-	if (!c->rx_len) {
-		used = evl_feed(c, k->data, k->len);   /* zero copy: the receive buffer itself */
-		if (used < k->len && !c->app_gone && c->state == EVL_OPEN)
-			rc = evl_rx_append(c, k->data + used, k->len - used);
-	} else {
-		rc = evl_rx_append(c, k->data, k->len);
-		if (!rc) {
-			used = evl_feed(c, c->rx + c->rx_off, c->rx_len);
-			if (!c->app_gone && c->state == EVL_OPEN) {
-				c->rx_off += (uint32_t)used;
-				c->rx_len -= (uint32_t)used;
-			}
-		}
-	}
-	if (rc) {
-		log_warn("evl: cannot keep the input left unconsumed (%s, at most %u bytes); "
-			 "connection reset", strerror(-rc), EVL_RX_MAX);
-		evl_fail(c, rc, FP_CALL_ABORT);
-		return;
-	}
-	if (!c->rx_len) {
-		c->rx_off = 0;
-		if (c->rx_cap > EVL_RX_KEEP) {
-			free(c->rx);
-			c->rx = NULL;
-			c->rx_cap = 0;
-		}
-	}
-}
-
-static void evl_eof(struct fp_evl_conn *c)
+void evl_eof(struct fp_evl_conn *c)
 {
 	if (c->state != EVL_OPEN)
 		return;
+	if (!c->app_gone && evl_rx_waiting(c)) {
+		c->eof_due = true;      /* after the input held back (evl_rx_resume) */
+		return;
+	}
 	evl_rx_drop(c);
 	if (!c->app_gone && c->evl->ops->closed)
 		c->evl->ops->closed(c, 0);  /* its writes are still sent */
@@ -694,23 +385,15 @@ static void evl_cond(struct fp_evl *evl, const struct fp_cond *k)
 static void evl_destroy(struct fp_evl *evl)
 {
 	struct evl_listener *l;
-	struct evl_block *b;
-	struct evl_chunk *ch;
 
 	while (evl->conns)
 		evl_conn_free(evl->conns);
-	while ((ch = evl->free_chunks)) {
-		evl->free_chunks = ch->next;
-		free(ch);
-	}
+	evl_chunks_free(evl);
 	while ((l = evl->listeners)) {
 		evl->listeners = l->next;
 		free(l);
 	}
-	while ((b = evl->arena)) {
-		evl->arena = b->next;
-		free(b);
-	}
+	evl_arena_free(evl);
 	fp_ctx_set_user(evl->ctx, NULL);
 	free(evl);
 }
@@ -720,6 +403,7 @@ static int evl_init(struct fp_ctx *ctx, void *arg)
 	const struct fp_evl_ops *ops = ctx->run->app->layer;
 	size_t size = (sizeof(struct fp_evl) + FP_CACHE_LINE - 1) & ~(size_t)(FP_CACHE_LINE - 1);
 	struct fp_evl *evl = aligned_alloc(FP_CACHE_LINE, size);
+	size_t rx_max;
 	int rc;
 
 	if (!evl)
@@ -729,6 +413,8 @@ static int evl_init(struct fp_ctx *ctx, void *arg)
 	evl->ops = ops;
 	evl->arg = arg;
 	evl->max_pending = ops->max_pending ? ops->max_pending : EVL_DEFAULT_MAX_PENDING;
+	rx_max = ops->max_unread ? ops->max_unread : evl->max_pending;
+	evl->rx_max = rx_max < EVL_RX_CAP ? (uint32_t)rx_max : EVL_RX_CAP;
 	fp_ctx_set_user(ctx, evl);
 	rc = ops->init ? ops->init(evl, arg) : 0;
 	if (rc) {
@@ -757,18 +443,29 @@ static void evl_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned
 	evl_rets(evl, rets, n_rets);
 	for (unsigned i = 0; i < n; i++)
 		evl_cond(evl, &conds[i]);
+	evl_flush_dirty(evl);
 	evl->in_handle = false;
 
-	while ((c = evl->dirty)) {
-		evl->dirty = c->dirty_next;
-		c->dirty = false;
-		evl_flush_conn(c);
-	}
 	while ((c = evl->reap)) {
 		evl->reap = c->reap_next;
 		c->reaping = false;
 		if (c->state == EVL_RELEASED && !c->inflight)
 			evl_conn_free(c);
+	}
+}
+
+/*
+ * The run stopped: reset every connection still open, as Linux does for a process that
+ * exits with unread data (RFC 9293 §3.10.4: ABORT). Output not yet taken is dropped: the
+ * stack goes away with the worker and could not finish a graceful close. A connection
+ * still connecting has no flow yet; the stack forgets it.
+ */
+static void evl_abort_all(struct fp_evl *evl)
+{
+	for (struct fp_evl_conn *c = evl->conns; c; c = c->next) {
+		c->app_gone = true;
+		if (c->state == EVL_OPEN)
+			evl_release(c, FP_CALL_ABORT);
 	}
 }
 
@@ -780,6 +477,7 @@ static void evl_fini(struct fp_ctx *ctx)
 		return;
 	if (evl->ops->fini)
 		evl->ops->fini(evl);
+	evl_abort_all(evl);
 	/* What fini queued (aborts, last writes) points into memory freed below: execute it
 	 * now. Its returns are never handed up; the run is over. */
 	rt_ctx_flush(ctx);
@@ -834,64 +532,6 @@ struct fp_evl_conn *fp_evl_connect(struct fp_evl *evl, uint32_t addr, uint16_t p
 	return c;
 }
 
-/* Append @len bytes to @c's chunks; all or nothing (-ENOBUFS when a chunk is short). */
-static int evl_out_append(struct fp_evl_conn *c, const uint8_t *p, size_t len)
-{
-	struct fp_evl *evl = c->evl;
-	struct evl_chunk *first = NULL, **link = &first, *ch;
-	size_t room = c->tail ? EVL_CHUNK_DATA - c->tail->len : 0;
-
-	/* Get every chunk first, so that a failure leaves the queue as it was. */
-	for (size_t need = len > room ? len - room : 0; need; need -= need < EVL_CHUNK_DATA ? need : EVL_CHUNK_DATA) {
-		if (!(*link = evl_chunk_get(evl))) {
-			while ((ch = first)) {
-				first = ch->next;
-				evl_chunk_put(evl, ch);
-			}
-			return -ENOBUFS;
-		}
-		link = &(*link)->next;
-	}
-	if (c->tail)
-		c->tail->next = first;
-	else
-		c->head = first;
-	for (ch = c->tail ? c->tail : first; len; ch = ch->next) {
-		uint32_t n = EVL_CHUNK_DATA - ch->len;
-
-		if (n > len)
-			n = (uint32_t)len;
-		memcpy(ch->data + ch->len, p, n);
-		ch->len += n;
-		p += n;
-		len -= n;
-		c->pending += n;
-		c->tail = ch;
-	}
-	return 0;
-}
-
-int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len)
-{
-	int rc;
-
-	if (c->state == EVL_RELEASED || c->closing || c->app_gone)
-		return -EPIPE;
-	if (len > c->evl->max_pending - c->pending || c->pending > c->evl->max_pending)
-		return -ENOBUFS;
-	if (!len)
-		return 0;
-	if ((rc = evl_out_append(c, data, len)))
-		return rc;
-	if (c->evl->in_handle)
-		evl_mark_dirty(c);
-	else if (evl_can_send(c))
-		evl_sendv(c);   /* from a timer: executed right after the timer pass */
-	return 0;
-}
-
-size_t fp_evl_pending(const struct fp_evl_conn *c) { return c->pending; }
-
 void fp_evl_close(struct fp_evl_conn *c)
 {
 	if (c->app_gone || c->state == EVL_RELEASED)
@@ -901,14 +541,9 @@ void fp_evl_close(struct fp_evl_conn *c)
 	evl_rx_drop(c);
 	if (c->state != EVL_OPEN)
 		return;         /* connecting: sent and closed when it connects */
-	if (c->evl->in_handle) {
-		evl_mark_dirty(c);
-		return;
-	}
-	if (evl_can_send(c))
-		evl_sendv(c);
-	if (!c->pending && !c->sendv_inflight)
-		evl_release(c, FP_CALL_CLOSE);
+	evl_mark_dirty(c);
+	if (!c->evl->in_handle)
+		evl_flush_dirty(c->evl);
 }
 
 void fp_evl_abort(struct fp_evl_conn *c)
@@ -933,20 +568,4 @@ uint16_t fp_evl_conn_rport(const struct fp_evl_conn *c) { return c->rport; }
 void fp_evl_udp_bind(struct fp_evl *evl, uint16_t port)
 {
 	fp_udp_bind_call(evl->ctx, port, 0);
-}
-
-int fp_evl_udp_send(struct fp_evl *evl, uint16_t sport, uint32_t addr, uint16_t rport,
-		    const void *data, size_t len)
-{
-	struct iovec *iov;
-
-	if (len > 65507)
-		return -EMSGSIZE;
-	if (!(iov = evl_arena_alloc(evl, sizeof(*iov) + len)))
-		return -ENOMEM;
-	iov->iov_base = iov + 1;
-	iov->iov_len = len;
-	memcpy(iov + 1, data, len);
-	fp_udp_sendto(evl->ctx, sport, addr, rport, iov, 0);
-	return 0;
 }

@@ -24,6 +24,7 @@ void fp_rt_config_init(struct fp_rt_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->transport = FP_TRANSPORT_KERNEL;
+	cfg->kernel_io = FP_KERNEL_IO_AUTO;
 	cfg->prefix_len = 24;
 	cfg->n_workers = 1;
 	for (unsigned i = 0; i < FP_RT_MAX_WORKERS; i++)
@@ -36,6 +37,7 @@ void fp_rt_config_init(struct fp_rt_config *cfg)
 
 const char fp_rt_options_help[] =
 	"  --net kernel|xdp      transport: Linux sockets (default) or AF_XDP (root)\n"
+	"  --kernel-io IO        kernel sockets via auto (io_uring, else epoll), uring, epoll\n"
 	"  --if IFNAME           interface for AF_XDP (implies --net xdp)\n"
 	"  --ip A.B.C.D[/N]      our address (xdp: required, prefix default 24)\n"
 	"  --gw A.B.C.D          next hop for addresses off the subnet\n"
@@ -56,9 +58,9 @@ const char fp_rt_options_help[] =
 	"  --stats NAME|none     stats segment /dev/shm/flowplane-NAME (default: pid)\n";
 
 const char *const fp_rt_option_names[] = {
-	"net", "if", "ip", "gw", "workers", "cores", "queue-base", "batch", "idle", "spin-us",
-	"xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed", "rcv-buf",
-	"max-conns", "stats", NULL,
+	"net", "kernel-io", "if", "ip", "gw", "workers", "cores", "queue-base", "batch", "idle",
+	"spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed",
+	"rcv-buf", "max-conns", "stats", NULL,
 };
 
 /* Unsigned decimal (or 0x hex) in [lo, hi], with an optional K/M/G suffix when @scaled. */
@@ -246,6 +248,7 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 {
 	static const char *const nets[] = { "kernel", "xdp", NULL };
 	static const char *const idles[] = { "sleep", "poll", NULL };     /* enum fp_idle */
+	static const char *const kios[] = { "auto", "uring", "epoll", NULL }; /* fp_kernel_io */
 	static const char *const modes[] = { "auto", "native", "skb", NULL }; /* fp_xdp_mode */
 	int w;
 
@@ -254,6 +257,12 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 			return -1;
 		cfg->transport = (enum fp_transport)w;
 		cfg->transport_set = true;
+		return 1;
+	}
+	if (!strcmp(opt, "kernel-io")) {
+		if ((w = opt_word(opt, val, kios, err, errlen)) < 0)
+			return -1;
+		cfg->kernel_io = (enum fp_kernel_io)w;
 		return 1;
 	}
 	if (!strcmp(opt, "idle")) {
@@ -626,7 +635,10 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 
 	inet_ntop(AF_INET, &a, ip, sizeof(ip));
 	if (c->transport == FP_TRANSPORT_KERNEL)
-		snprintf(out, len, "kernel sockets on %s", c->ipv4 ? ip : "any address");
+		snprintf(out, len, "kernel sockets (%s) on %s",
+			 c->kernel_io == FP_KERNEL_IO_EPOLL ? "epoll" :
+			 c->kernel_io == FP_KERNEL_IO_URING ? "io_uring" : "io_uring or epoll",
+			 c->ipv4 ? ip : "any address");
 	else if (c->transport == FP_TRANSPORT_PAIR)
 		snprintf(out, len, "pair from %s/%u", ip, c->prefix_len);
 	else

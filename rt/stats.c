@@ -118,8 +118,7 @@ static void rt_stats_fill(struct rt_run *run, struct fp_rt_stats_hdr *h)
 	for (unsigned i = 0; i < h->net_count; i++)
 		copy_str(h->net_names[i], sizeof(h->net_names[i]), fp_net_stat_names[i]);
 	for (unsigned i = 0; i < cfg->n_workers; i++) {
-		struct fp_rt_worker_stats *w = (struct fp_rt_worker_stats *)
-			((char *)h + h->hdr_size + (size_t)i * h->worker_size);
+		struct fp_rt_worker_stats *w = rt_stats_worker(run, i);
 		w->core = cfg->cores[i];
 		w->queue = cfg->transport == FP_TRANSPORT_XDP ? cfg->queue_base + i : i;
 	}
@@ -160,8 +159,10 @@ struct fp_rt_worker_stats *rt_stats_worker(struct rt_run *run, unsigned worker)
 
 	if (!h || worker >= h->n_workers)
 		return NULL;
-	return (struct fp_rt_worker_stats *)((char *)h + h->hdr_size +
-					     (size_t)worker * h->worker_size);
+	/* Records start at a cache-line multiple (hdr_size, worker_size: see the create). */
+	void *p = (char *)h + h->hdr_size + (size_t)worker * h->worker_size;
+
+	return p;
 }
 
 void rt_stats_destroy(struct rt_run *run, const char *name)

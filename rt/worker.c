@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <flowplane/clock.h>
 #include <flowplane/compiler.h>
@@ -36,6 +37,9 @@
 				 * beyond it they are freed and counted (tx_full) */
 #define RT_PUBLISH_US    1000   /* copy the stack's and device's counters this often */
 #define RT_SLEEP_MAX_MS  1000   /* a sleep with no timer pending still wakes up this often */
+#define RT_DRAIN_US      50000  /* at the stop: how long the last frames may take to leave */
+#define RT_DRAIN_GAP_US  50     /* between drain passes, so the device can complete */
+#define RT_DRAIN_QUIET   2      /* passes with nothing moving that end the drain */
 
 struct rt_wk {
 	struct fp_ctx ctx;
@@ -392,6 +396,33 @@ static void rt_loop(struct rt_wk *w)
 
 /* ---- setup and teardown ---- */
 
+/*
+ * The run stopped and the application has let go of its flows (evl resets what is still
+ * open): put what the stack queued, those RSTs above all, on the wire before the stack is
+ * destroyed, or peers keep connections to us established forever. Bounded: a device that
+ * stays full, or a peer that no longer takes frames, gets RT_DRAIN_US, not more. The drain
+ * ends once the stack's queue is empty and a few passes saw nothing more leave or complete.
+ * Nothing is received: the stack would only answer it, and its events have no handler now.
+ */
+static void rt_drain(struct rt_wk *w)
+{
+	uint64_t end = rt_now_us() + RT_DRAIN_US;
+	struct timespec pause = { 0, RT_DRAIN_GAP_US * 1000 };
+	unsigned quiet = 0;
+
+	for (;;) {
+		unsigned moved = rt_tx(w) + w->q->ops->reclaim(w->q);
+
+		if (moved || w->n_tx || fp_stack_tx_pending(w->st))
+			quiet = 0;
+		else
+			quiet++;
+		if (quiet >= RT_DRAIN_QUIET || rt_now_us() >= end)
+			break;
+		nanosleep(&pause, NULL);
+	}
+}
+
 static const struct rt_transport_ops rt_xdp_ops = { .name = "xdp", .exec = rt_exec };
 static const struct rt_transport_ops rt_pair_ops = { .name = "pair", .exec = rt_exec };
 
@@ -430,7 +461,8 @@ static struct rt_wk *rt_wk_new(struct rt_run *run, unsigned worker, struct fp_de
 }
 
 /* The app's lifetime on this worker: init, the loop, fini (whose calls still execute:
- * it may give back buffers it holds). Returns init's error, or 0. */
+ * it may give back buffers it holds, and reset its flows), then the drain of what the
+ * stack queued. Returns init's error, or 0. */
 static int rt_app_run(struct rt_wk *w)
 {
 	const struct fp_app *app = w->run->app;
@@ -447,6 +479,7 @@ static int rt_app_run(struct rt_wk *w)
 	if (app->fini)
 		app->fini(&w->ctx);
 	rt_ctx_flush(&w->ctx);
+	rt_drain(w);
 	return 0;
 }
 

@@ -11,6 +11,8 @@
 #define ECHO_DEFAULT_PORT   7
 #define ECHO_MAX_SIZE       (4u << 20)     /* a message fits one connection's output queue */
 #define ECHO_MAX_PENDING    (8u << 20)     /* evl output cap: two messages of the largest size */
+#define ECHO_MAX_UNREAD     (256u << 10)   /* server: input kept unread (its output full)
+					    * before TCP stops the client */
 #define ECHO_RETRY_US       10000u         /* a failed connection is retried after this */
 
 enum echo_mode { ECHO_SERVER, ECHO_CLIENT, ECHO_PINGPONG };

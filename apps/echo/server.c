@@ -9,7 +9,11 @@
  * The read callback gets the receive buffer itself (zero copy) and fp_evl_write copies
  * what it echoes into the connection's output, which evl sends with one sendv per round.
  * A client that sends without reading fills the output to ECHO_MAX_PENDING; from then
- * the server consumes only what it can queue, and evl keeps the rest.
+ * the server consumes only what it could write (a refused write consumes nothing), evl
+ * shows the rest again once the output moves, and past ECHO_MAX_UNREAD left unread holds
+ * what arrives, so the receive window closes and TCP stops the client: nothing is dropped
+ * or reset, as with a Linux echo server that stops reading while its socket is not
+ * writable.
  */
 
 static int srv_init(struct fp_evl *evl, void *arg)
@@ -35,12 +39,12 @@ static size_t srv_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 	int rc;
 
 	if (!n)
-		return 0;
+		return 0;      /* output full: shown again once it moves */
 	rc = fp_evl_write(c, data, n);
 	if (rc == -EPIPE)
 		return len;    /* closing: nothing more goes back */
 	if (rc)
-		return 0;
+		return 0;      /* -ENOBUFS: nothing written, so nothing consumed */
 	fp_ctx_count(fp_evl_ctx(fp_evl_of(c)), 1, 0);
 	return n;
 }
@@ -66,6 +70,7 @@ static const struct fp_evl_ops srv_ops = {
 	.udp_recv = srv_udp,
 	.init = srv_init,
 	.max_pending = ECHO_MAX_PENDING,
+	.max_unread = ECHO_MAX_UNREAD,  /* echoed piecewise: no request needs to be whole */
 };
 
 int echo_server_run(const struct echo_opts *o)

@@ -14,20 +14,44 @@
  * When nothing is left over from before, the bytes are the receive buffer itself (zero
  * copy); only what a callback leaves unconsumed is copied aside, and the next segment is
  * appended to it, so a parser always sees its pending request in one contiguous run, and a
- * request that arrives whole is never copied. Consumed bytes go back to the transport
- * (recv_done, reopening the window) at the end of the round.
+ * request that arrives whole is never copied. Shown bytes (consumed, or copied aside) go
+ * back to the transport (recv_done, reopening the window) at the end of the round.
+ *
+ * Back-pressure (TCP flow control, carried through) follows what @read consumes. Once it
+ * has left max_unread bytes unconsumed (default: max_pending), the bytes that arrive are
+ * held: not shown and not given back, so the transport's receive window closes and TCP
+ * itself stops the peer; what is held stays in the transport's buffers, bounded by its
+ * window. Nothing is dropped and nothing is reset. A read that leaves bytes while the
+ * output is full (max_pending bytes pending, or a fp_evl_write() refused with -ENOBUFS
+ * since the output last moved) is taken to wait for room: when the output moves, @read is
+ * shown what it left again, then the held bytes, in order, while it keeps consuming. So a
+ * server that cannot write its reply returns fewer bytes consumed, and the rest comes back
+ * once the output has room, like a Linux server that stops reading while its socket is
+ * not writable; a connection keeps about max_pending + max_unread at most. A full output
+ * alone holds nothing back: a client that consumes the echo of what it sends keeps
+ * receiving while its own output waits. An application that stops consuming for a reason
+ * of its own (another connection is full) calls fp_evl_read_again() when it can go on. A
+ * request larger than max_unread is never shown whole and stalls its connection: size
+ * max_unread for the largest request. The peer's EOF waits behind held input.
  *
  * Writing: fp_evl_write() copies into the connection's output queue (fixed-size chunks, so
  * memory never moves under a queued sendv). At the end of each round every connection with
  * pending output gets one sendv (IX's coalescing); what the window did not take is sent
- * again when a SENT condition says the window opened. Pending output is capped
- * (max_pending, default 4 MiB): fp_evl_write() beyond it returns -ENOBUFS and writes
- * nothing.
+ * again when a SENT condition says the window opened. Writes made outside a round (from a
+ * timer) are queued at once and all leave in that timer pass (the runtime executes a timer
+ * pass's calls right after it). Pending output is capped (max_pending, default 4 MiB):
+ * fp_evl_write() beyond it returns -ENOBUFS and writes nothing.
  *
  * Lifetime: @closed is called exactly once when the connection ends for a reason other than
  * the application's own fp_evl_close/abort: the peer's EOF (status 0; writes made in the
  * callback are still sent, then the connection closes) or death (-errno). After @closed
  * returns, or after fp_evl_close()/fp_evl_abort(), the application must not touch @c again.
+ *
+ * Stopping: when the run stops (fp_ctx_stop(), SIGINT/SIGTERM), @fini runs, then every
+ * connection still open is reset (RST), pending output dropped, as Linux does when a
+ * process exits with unread data; no callback follows. An application that wants its last
+ * bytes delivered closes and waits for them (drained, or its own protocol) before it
+ * stops the run.
  */
 
 struct fp_evl;
@@ -52,6 +76,8 @@ struct fp_evl_ops {
 	int (*init)(struct fp_evl *evl, void *arg);
 	void (*fini)(struct fp_evl *evl);
 	size_t max_pending;          /* output bytes per connection; 0 = 4 MiB */
+	size_t max_unread;           /* input @read may leave unconsumed before more is held
+				      * back (TCP then stops the peer); 0 = max_pending */
 };
 
 /* Fill @app so that fp_rt_run() runs @ops with @arg (@ops must outlive the run). */
@@ -68,10 +94,16 @@ void fp_evl_listen(struct fp_evl *evl, uint16_t port, void *larg);
 /* Open a connection; ops->connected() follows. Returns the connection, or NULL (ENOMEM). */
 struct fp_evl_conn *fp_evl_connect(struct fp_evl *evl, uint32_t addr, uint16_t port, void *user);
 
-/* Copy @len bytes into @c's output. 0, -ENOBUFS (over max_pending: nothing written) or
- * -EPIPE (closing or dead). */
+/* Copy @len bytes into @c's output. 0, -ENOBUFS (over max_pending: nothing written; what
+ * read leaves is shown again when the output moves) or -EPIPE (closing or dead). */
 int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len);
 size_t fp_evl_pending(const struct fp_evl_conn *c);       /* bytes not yet taken */
+
+/* Show @c's unconsumed input to @read again, then the input held back while it is not
+ * full: for an application whose read left bytes for a reason of its own and can go on
+ * now. In a callback it happens at the end of the round (once per round); from a timer,
+ * at once. */
+void fp_evl_read_again(struct fp_evl_conn *c);
 
 /* Close after the pending output has been taken (FIN follows it); @c is gone for the
  * application at once. */

@@ -27,11 +27,17 @@
  * spin for @spin_us and then sleep in poll() on the device until a frame arrives or the
  * next timer is due.
  *
- * On the kernel transport the same application runs over Linux sockets (epoll), one
- * listening socket per worker (SO_REUSEPORT), unprivileged, as the baseline.
+ * On the kernel transport the same application runs over Linux sockets (io_uring, or
+ * epoll), one listening socket per worker (SO_REUSEPORT), unprivileged, as the baseline.
  */
 
 enum fp_transport { FP_TRANSPORT_KERNEL = 0, FP_TRANSPORT_XDP, FP_TRANSPORT_PAIR };
+
+/* How the kernel transport talks to its sockets: io_uring (one io_uring_enter per round),
+ * or epoll with a system call per read and send. Auto: io_uring where the kernel allows
+ * it (seccomp profiles and the io_uring_disabled sysctl may not), else epoll. */
+enum fp_kernel_io { FP_KERNEL_IO_AUTO = 0, FP_KERNEL_IO_URING, FP_KERNEL_IO_EPOLL };
+
 enum fp_idle { FP_IDLE_SLEEP = 0, FP_IDLE_POLL };
 
 #define FP_RT_MAX_WORKERS   64
@@ -42,6 +48,7 @@ enum fp_idle { FP_IDLE_SLEEP = 0, FP_IDLE_POLL };
 struct fp_rt_config {
 	enum fp_transport transport;     /* default: kernel, or xdp when @ifname is set */
 	bool transport_set;              /* --net given: --if does not imply xdp */
+	enum fp_kernel_io kernel_io;     /* kernel transport: default auto */
 	const char *ifname;              /* xdp: the interface */
 	uint32_t ipv4;                   /* xdp: our address; kernel: listen/bind address
 					  * (0 = any); pair: worker i is @ipv4 + i, each

@@ -1,4 +1,4 @@
-/* test_evl.c: the event-callback layer driven by a fake transport: zero copy, coalescing, windows, lifetime. */
+/* test_evl.c: the event-callback layer driven by a fake transport: zero copy, coalescing, windows, back-pressure, lifetime. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +14,7 @@
 #include <flowplane/pool.h>
 
 #include "defs.h"
+#include "evl_defs.h"   /* white-box: how much a connection holds */
 #include "harness.h"
 
 /*
@@ -22,7 +23,9 @@
  * was received, a sendv while the previous one's window was not reopened. A flow's
  * window is @W bytes of "unacknowledged" data; the test acknowledges with ack(), which
  * also pushes the SENT condition. RECV data lives in pool buffers that recv_done frees,
- * so the pool's leak check at teardown proves every received byte was given back.
+ * so the pool's leak check at teardown proves every received byte was given back; the
+ * bytes received and not yet given back are the flow's receive window in use, which a
+ * peer that respects it (peer_send) never exceeds.
  */
 
 #define MAX_FLOWS 16
@@ -63,6 +66,8 @@ struct fake {
 	struct fp_evl_conn *conn;   /* the last accepted/connected one */
 	size_t req;                 /* read consumes whole requests of this size (0: none) */
 	bool echo;
+	bool soft;                  /* echo: a refused write consumes nothing (no assert) */
+	bool echo_room;             /* read echoes what fits in the output, consumes that */
 	bool refuse;
 	bool close_in_read;
 	const uint8_t *read_ptr[32];
@@ -257,6 +262,8 @@ static void settle(struct fake *f)
 
 /* ---- the application ---- */
 
+static struct fp_evl_ops app_ops;
+
 static int app_init(struct fp_evl *evl, void *arg)
 {
 	struct fake *f = arg;
@@ -296,9 +303,17 @@ static size_t app_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 		f->read_len[f->reads] = len;
 	}
 	f->reads++;
+	if (f->echo_room) {         /* fp-echo's server */
+		size_t room = app_ops.max_pending - fp_evl_pending(c);
+		size_t n = len < room ? len : room;
+
+		return n && fp_evl_write(c, data, n) == 0 ? n : 0;
+	}
 	if (!f->req || len < f->req)
 		return 0;
-	if (f->echo)
+	if (f->echo && f->soft && fp_evl_write(c, data, f->req))
+		return 0;
+	if (f->echo && !f->soft)
 		assert_int_equal(fp_evl_write(c, data, f->req), 0);
 	if (f->close_in_read)
 		fp_evl_close(c);
@@ -898,6 +913,223 @@ static void test_recv_behind_knock_same_round(void **state)
 	assert_int_equal(fp_evl_conns(f->evl), 0);
 }
 
+/* ---- back-pressure ---- */
+
+#define BP_TOTAL 300000u            /* bytes the peer sends (a multiple of BP_REQ) */
+#define BP_RWND  12000u             /* the receive window the peer respects */
+#define BP_SEG   1448u
+#define BP_REQ   5000u
+
+/* Bytes @fl received that evl has not given back: its receive window in use. */
+static uint32_t unreleased(const struct fp_flow *fl)
+{
+	uint32_t n = 0;
+
+	for (unsigned i = 0; i < fl->rx_n; i++)
+		n += fl->rx_left[i];
+	return n;
+}
+
+/* A peer that respects a receive window of @rwnd: sends segments of @data from *@off
+ * while the window has room. Returns the bytes sent. */
+static size_t peer_send(struct fake *f, struct fp_flow *fl, const uint8_t *data, size_t total,
+			size_t *off, uint32_t rwnd)
+{
+	size_t sent = 0;
+
+	while (*off < total && unreleased(fl) < rwnd && fl->rx_n < MAX_RX) {
+		size_t n = rwnd - unreleased(fl);
+
+		if (n > BP_SEG)
+			n = BP_SEG;
+		if (n > total - *off)
+			n = total - *off;
+		push_recv(f, fl, data + *off, (uint32_t)n);
+		*off += n;
+		sent += n;
+	}
+	return sent;
+}
+
+enum bp_mode { BP_ECHO_ROOM, BP_ECHO_REQ, BP_EOF };
+
+/*
+ * A peer that sends to an echo server and does not read (the server's send window stays
+ * shut): the server's output fills, read leaves what arrives, then it is held, the peer's
+ * window closes and it stops, with no reset and bounded holdings. Then the peer reads (the window opens
+ * by 16 KiB per ACK) and sends the rest: everything comes back, in order.
+ *   BP_ECHO_ROOM: fp-echo's server (echoes what fits, consumes that);
+ *   BP_ECHO_REQ:  whole 5000-byte requests; a refused write consumes nothing;
+ *   BP_EOF:       as ECHO_ROOM, and the peer's FIN comes behind the held bytes.
+ */
+static void backpressure_run(struct fake *f, enum bp_mode mode)
+{
+	struct fp_flow *fl = accepted(f, 0);
+	static uint8_t data[BP_TOTAL];
+	size_t off = 0, want;
+
+	fill(data, sizeof(data), 11);
+	f->echo_room = mode != BP_ECHO_REQ;
+	f->req = mode == BP_ECHO_REQ ? BP_REQ : 0;
+	f->echo = f->soft = mode == BP_ECHO_REQ;
+	for (int i = 0; i < 1000 && peer_send(f, fl, data, BP_TOTAL, &off, BP_RWND); i++) {
+		settle(f);
+		assert_true(f->conn->rx_len <= app_ops.max_pending + BP_SEG);
+		assert_true(fp_evl_pending(f->conn) <= app_ops.max_pending);
+	}
+	/* Stopped by its window, with what evl keeps bounded: max_pending of output,
+	 * max_unread (max_pending here) aside, and the window's worth held in the transport. */
+	assert_true(off < BP_TOTAL);
+	assert_true(off <= 2 * app_ops.max_pending + BP_RWND + 2 * BP_SEG);
+	assert_true(unreleased(fl) >= BP_RWND);
+	assert_true(f->conn->hold_n > 0);
+	assert_int_equal(fl->out_len, 0);
+	assert_true(fl->live);
+	assert_int_equal(f->closed, 0);
+	if (mode == BP_EOF) {
+		push_simple(f, fl, FP_COND_EOF, 0);
+		settle(f);
+		assert_int_equal(f->closed, 0);         /* it waits behind the held bytes */
+	}
+	want = mode == BP_EOF ? off : BP_TOTAL;
+	for (int i = 0; i < 2000 && fl->live && fl->out_len < want; i++) {
+		ack(f, fl, 16384);
+		if (mode != BP_EOF)
+			peer_send(f, fl, data, BP_TOTAL, &off, BP_RWND);
+		settle(f);
+		assert_true(f->conn == NULL || f->conn->rx_len <= app_ops.max_pending + BP_SEG);
+	}
+	assert_int_equal(fl->out_len, want);
+	assert_memory_equal(fl->out, data, want);
+	assert_false(fl->aborted);
+	if (mode == BP_EOF) {
+		for (int i = 0; i < 10 && fl->live; i++) {
+			ack(f, fl, 16384);
+			settle(f);
+		}
+		assert_false(fl->live);                 /* echoed everything, then closed */
+		assert_int_equal(f->closed, 1);
+		assert_int_equal(f->closed_status, 0);
+		assert_int_equal(fp_evl_conns(f->evl), 0);
+		return;
+	}
+	assert_true(fl->live);
+	assert_int_equal(f->closed, 0);
+	assert_int_equal(f->conn->hold_n, 0);
+	assert_int_equal(f->conn->rx_len, 0);
+	assert_int_equal(unreleased(fl), 0);
+}
+
+static void test_backpressure_echo_room(void **state) { backpressure_run(*state, BP_ECHO_ROOM); }
+static void test_backpressure_refused_write(void **state) { backpressure_run(*state, BP_ECHO_REQ); }
+static void test_backpressure_eof_behind_held(void **state) { backpressure_run(*state, BP_EOF); }
+
+/* A request larger than max_pending never completes: the copy-aside stops at max_pending
+ * and the rest is held (no reset, nothing lost); once the application can go on,
+ * fp_evl_read_again() (from a timer: at once) shows it all again and releases the rest. */
+static void test_read_again_resumes_held_input(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = accepted(f, 1 << 20);
+	static uint8_t data[100 * 1000];
+	size_t off = 0;
+
+	fill(data, sizeof(data), 12);
+	f->req = 200 * 1000;                        /* more than max_pending: never */
+	while (peer_send(f, fl, data, sizeof(data), &off, BP_RWND))
+		settle(f);
+	assert_true(off < sizeof(data));
+	assert_true(f->conn->rx_len >= app_ops.max_pending);
+	assert_true(f->conn->hold_n > 0);
+	assert_true(fl->live);
+	assert_int_equal(f->closed, 0);
+	f->req = 1000;                              /* the application changed its mind */
+	f->echo = f->soft = true;
+	fp_evl_read_again(f->conn);
+	assert_true(f->ctx.n_calls > 0);            /* recv_done and sendv, queued at once */
+	for (int i = 0; i < 100 && fl->out_len < sizeof(data); i++) {
+		peer_send(f, fl, data, sizeof(data), &off, BP_RWND);
+		settle(f);
+	}
+	assert_int_equal(fl->out_len, sizeof(data));
+	assert_memory_equal(fl->out, data, sizeof(data));
+	assert_int_equal(unreleased(fl), 0);
+	assert_int_equal(f->closed, 0);
+}
+
+/* ---- timers ---- */
+
+static struct fake *timer_fake;
+static uint8_t timer_big[65516];     /* with the rest, 5 chunks: the iov grows */
+
+static void timer_writes_fn(struct fp_timer *t, uint64_t now_us)
+{
+	struct fp_evl_conn *c = timer_fake->conn;
+
+	(void)t;
+	(void)now_us;
+	assert_int_equal(fp_evl_write(c, "first ", 6), 0);
+	assert_int_equal(fp_evl_write(c, timer_big, sizeof(timer_big)), 0);
+	assert_int_equal(fp_evl_write(c, "last", 4), 0);
+}
+
+/* Every write of one timer pass leaves in that pass, in one sendv (the one the first
+ * write queued grows), not one per round. */
+static void test_timer_writes_leave_in_one_pass(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = accepted(f, 1 << 20);
+	struct fp_timer t;
+
+	fill(timer_big, sizeof(timer_big), 13);
+	timer_fake = f;
+	fp_timer_init(&t, timer_writes_fn);
+	fp_ctx_timer_add(&f->ctx, &t, f->ctx.now_us + 100);
+	assert_int_equal(rt_ctx_timers(&f->ctx, f->ctx.now_us + 1000), 1);
+	assert_int_equal(fl->sendvs, 1);
+	assert_int_equal(fl->out_len, 6 + sizeof(timer_big) + 4);
+	assert_memory_equal(fl->out, "first ", 6);
+	assert_memory_equal(fl->out + 6, timer_big, sizeof(timer_big));
+	assert_memory_equal(fl->out + 6 + sizeof(timer_big), "last", 4);
+	settle(f);
+	assert_int_equal(fp_evl_pending(f->conn), 0);
+	assert_int_equal(fl->sendvs, 1);
+}
+
+/* ---- the stop ---- */
+
+/* The run stops with connections open (one idle with unread input, one closing with
+ * output the window did not take, one still connecting): fini resets the two flows, drops
+ * their output, calls no callback, and gives every buffer back (the pool check). */
+static void test_fini_aborts_open_connections(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = accepted(f, 0), *fl2 = flow_new(f, 0);
+	struct fp_evl_conn *c1 = f->conn;
+	uint8_t msg[100] = { 0 };
+
+	push_knock(f, fl2);
+	settle(f);
+	assert_int_equal(fp_evl_conns(f->evl), 2);
+	f->req = 1000;
+	push_recv(f, fl, msg, sizeof(msg));         /* left unconsumed: copied aside */
+	assert_int_equal(fp_evl_write(f->conn, "pending", 7), 0);
+	fp_evl_close(f->conn);                      /* fl2: closing, output not taken */
+	settle(f);
+	assert_int_equal(c1->rx_len, sizeof(msg));
+	assert_non_null(fp_evl_connect(f->evl, 0x0a000001, 80, f));
+	settle(f);
+	f->app.fini(&f->ctx);                       /* teardown's second call does nothing */
+	assert_false(fl->live);
+	assert_true(fl->aborted);
+	assert_false(fl2->live);
+	assert_true(fl2->aborted);
+	assert_int_equal(fl2->out_len, 0);
+	assert_int_equal(f->closed, 0);
+	assert_int_equal(f->connected, 0);
+}
+
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -921,6 +1153,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_udp_echo, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_listen_error_stops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_connections_leak_free, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_backpressure_echo_room, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_backpressure_refused_write, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_backpressure_eof_behind_held, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_read_again_resumes_held_input, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_timer_writes_leave_in_one_pass, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fini_aborts_open_connections, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

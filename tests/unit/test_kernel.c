@@ -20,6 +20,7 @@
 #include <flowplane/clock.h>
 
 #include "defs.h"
+#include "kernel.h"
 
 /*
  * Each test runs one kernel worker (rt_worker_kernel) on a thread of its own with a test
@@ -27,6 +28,10 @@
  * runs on the worker's thread, where cmocka must not assert: it records what it saw in
  * atomics, and the test thread asserts after waiting for them. Every run ends with the
  * worker's own leak check read back from its stats record (pool_in_use == 0).
+ *
+ * The whole set runs once per engine (the contract is the transport's, not the engine's):
+ * io_uring, io_uring with single-shot receives (what Linux before 6.17 gets), and epoll.
+ * An engine is asked for explicitly, so a refused io_uring fails rather than falls back.
  */
 
 #define LOOP      0x7f000001u
@@ -36,7 +41,12 @@
 #define MAX_CONNS 8
 #define BUDGET    (64u * 1024)    /* the receive budget the flow-control test sets */
 
-enum tmode { T_ECHO, T_HOLD, T_CONNECT, T_UDP, T_CLOSE_OTHER };
+enum tmode { T_ECHO, T_HOLD, T_CONNECT, T_UDP, T_CLOSE_OTHER, T_SHUT, T_ABORT };
+
+#define SHUT_LEN 4096u            /* T_SHUT: what the app sends before its FIN */
+
+static enum fp_kernel_io g_io;    /* the engine of the group that runs */
+static int g_uring_err;           /* io_uring refused here (seccomp, sysctl): its groups skip */
 
 struct seg {
 	const uint8_t *p;
@@ -67,6 +77,7 @@ struct tapp {
 	struct iovec uiov[1024];      /* T_UDP: one per echo of a round */
 	struct iovec hello;
 	struct fp_flow *closed_flow;  /* T_CLOSE_OTHER: B, once closed */
+	struct iovec shut_iov;        /* T_SHUT */
 
 	/* what the worker saw, read by the test thread */
 	atomic_int port, knocks, eofs, deads, dead_status, sent_conds, partial_sends, errors;
@@ -247,6 +258,10 @@ static void on_knock(struct tapp *a, const struct fp_cond *cd)
 		atomic_fetch_add(&a->bad_conds, 1);
 	if (c && !(a->no_accept_second && k == 1))
 		fp_accept(a->ctx, cd->flow, (uint64_t)(uintptr_t)c);
+	if (c && a->mode == T_SHUT) {   /* data, then FIN after it, in one batch */
+		fp_sendv(a->ctx, cd->flow, 0, &a->shut_iov, 1);   /* not the echo queue's */
+		fp_shutdown(a->ctx, cd->flow);
+	}
 }
 
 static void on_recv(struct tapp *a, struct conn *c, const struct fp_cond *cd)
@@ -268,6 +283,15 @@ static void on_recv(struct tapp *a, struct conn *c, const struct fp_cond *cd)
 		c->held += cd->len;
 		if (c->held > atomic_load(&a->held_max))
 			atomic_store(&a->held_max, c->held);
+		break;
+	case T_SHUT:
+		fp_recv_done(a->ctx, c->flow, cd->len);   /* half-closed: still receives */
+		break;
+	case T_ABORT:   /* queue a reply, then reset: the reply goes nowhere */
+		fp_sendv(a->ctx, c->flow, 0, &a->hello, 1);
+		fp_recv_done(a->ctx, c->flow, cd->len);
+		fp_abort(a->ctx, c->flow);
+		c->closed = true;
 		break;
 	case T_CLOSE_OTHER:
 		if (c == &a->conns[0]) {   /* B: hold it all, so B ends up throttled */
@@ -402,6 +426,12 @@ static int app_init(struct fp_ctx *ctx, void *arg)
 	a->ctx = ctx;
 	fp_ctx_set_user(ctx, a);
 	a->hello = (struct iovec){ (void *)(uintptr_t)"hello", 5 };
+	if (a->mode == T_SHUT) {
+		static uint8_t shut_data[SHUT_LEN];
+		for (size_t i = 0; i < SHUT_LEN; i++)
+			shut_data[i] = (uint8_t)(i * 7u);
+		a->shut_iov = (struct iovec){ shut_data, SHUT_LEN };
+	}
 	switch (a->mode) {
 	case T_CONNECT:
 		fp_connect(ctx, LOOP, a->refused_port, 1);
@@ -450,6 +480,10 @@ static struct tapp *tapp_new(enum tmode mode)
 
 static void srv_start(struct srv *s, struct tapp *a, uint32_t rcv_buf)
 {
+	if (g_io == FP_KERNEL_IO_URING && g_uring_err) {
+		free(a);
+		skip();
+	}
 	memset(s, 0, sizeof(*s));
 	s->a = a;
 	s->cfg.n_workers = 1;
@@ -458,6 +492,7 @@ static void srv_start(struct srv *s, struct tapp *a, uint32_t rcv_buf)
 	s->cfg.spin_us = 50;
 	s->cfg.stats_name = "";
 	s->cfg.stack.rcv_buf = rcv_buf;
+	s->cfg.kernel_io = g_io;
 	s->app = (struct fp_app){ .name = "test", .init = app_init, .handle = app_handle,
 				  .fini = app_fini, .arg = a };
 	/* A one-worker stats record of our own, so the worker's leak figure outlives it. */
@@ -845,6 +880,83 @@ static void close_with_events_pending(void **state)
 	srv_stop(s);
 }
 
+/* SENDV then SHUTDOWN in one batch: the peer reads every byte, then EOF; the flow
+ * still receives (half-close) and closes at the peer's FIN. */
+static void shutdown_after_sendv(void **state)
+{
+	struct tapp *a = tapp_new(T_SHUT);
+	struct srv *s = *state;
+	static uint8_t buf[SHUT_LEN + 16];
+	size_t got = 0;
+	ssize_t n;
+
+	srv_start(s, a, 0);
+	int c = tcp_client(srv_port(a), 0);
+	while ((n = read(c, buf + got, sizeof(buf) - got)) > 0)
+		got += (size_t)n;
+	assert_int_equal(n, 0);
+	assert_int_equal(got, SHUT_LEN);
+	for (size_t i = 0; i < SHUT_LEN; i++)
+		assert_int_equal(buf[i], (uint8_t)(i * 7u));
+	assert_int_equal(write(c, "late", 4), 4);
+	assert_true(wait_ge64(&a->rx_bytes, 4));
+	assert_int_equal(shutdown(c, SHUT_WR), 0);
+	assert_true(wait_ge(&a->eofs, 1));
+	close(c);
+	srv_stop(s);
+}
+
+/* ABORT after a SENDV in the same batch: the peer sees a reset, never a FIN. The reply
+ * may or may not come first: epoll's send() put it on the wire before the reset; io_uring
+ * had it queued, and ABORT drops what is queued. */
+static void abort_resets(void **state)
+{
+	struct tapp *a = tapp_new(T_ABORT);
+	struct srv *s = *state;
+	char buf[8];
+	size_t got = 0;
+	ssize_t n;
+
+	srv_start(s, a, 0);
+	int c = tcp_client(srv_port(a), 0);
+	assert_int_equal(write(c, "x", 1), 1);
+	while ((n = read(c, buf + got, sizeof(buf) - got)) > 0)
+		got += (size_t)n;
+	assert_int_equal(n, -1);
+	assert_int_equal(errno, ECONNRESET);
+	assert_true(got == 0 || (got == 5 && !memcmp(buf, "hello", 5)));
+	close(c);
+	srv_stop(s);
+}
+
+static int group_uring(void **state)
+{
+	(void)state;
+	g_uring_err = kt_uring_probe();
+	if (g_uring_err)
+		print_message("io_uring refused here (%s): its cases skip\n", strerror(-g_uring_err));
+	g_io = FP_KERNEL_IO_URING;
+	kt_uring_single_recv = false;
+	return 0;
+}
+
+static int group_uring_single(void **state)
+{
+	(void)state;
+	g_uring_err = kt_uring_probe();
+	g_io = FP_KERNEL_IO_URING;
+	kt_uring_single_recv = true;
+	return 0;
+}
+
+static int group_epoll(void **state)
+{
+	(void)state;
+	g_io = FP_KERNEL_IO_EPOLL;
+	kt_uring_single_recv = false;
+	return 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -856,8 +968,17 @@ int main(void)
 		cmocka_unit_test_setup_teardown(recv_done_flow_control, srv_setup, srv_teardown),
 		cmocka_unit_test_setup_teardown(udp_echo, srv_setup, srv_teardown),
 		cmocka_unit_test_setup_teardown(close_with_events_pending, srv_setup, srv_teardown),
+		cmocka_unit_test_setup_teardown(shutdown_after_sendv, srv_setup, srv_teardown),
+		cmocka_unit_test_setup_teardown(abort_resets, srv_setup, srv_teardown),
 	};
+	int failed = 0;
 
 	fp_tsc_calibrate(0);
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	if (getenv("FP_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("FP_TEST_FILTER"));
+	failed += cmocka_run_group_tests_name("io_uring", tests, group_uring, NULL);
+	failed += cmocka_run_group_tests_name("io_uring single-shot recv", tests,
+					      group_uring_single, NULL);
+	failed += cmocka_run_group_tests_name("epoll", tests, group_epoll, NULL);
+	return failed;
 }

@@ -1,8 +1,10 @@
-/* test_rt.c: the runtime end to end over the in-process pair: TCP and UDP echo, idle sleep, options, stats. */
+/* test_rt.c: the runtime end to end over the in-process pair: TCP and UDP echo, evl back-pressure and stop, idle sleep, options, stats. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <cmocka.h>
 
 #include <flowplane/dev.h>
+#include <flowplane/evl.h>
 #include <flowplane/rt.h>
 #include <flowplane/rt_stats.h>
 
@@ -24,7 +27,8 @@
  * (TCP echo on 7, UDP echo on 9), worker 1 is 10.9.0.2 and is the client that checks
  * every byte and stops the run. Everything the runtime does runs: the loop, the calls,
  * timers, idle sleep, the stats segment. The caller owns the pair: after the run the test
- * drains it and checks that every buffer of both pools came back.
+ * drains it and checks that every buffer of both pools came back. The evl tests run
+ * fp-echo's server logic the same way, and two runs side by side for a client that stops.
  */
 #define IP0        0x0a090001u      /* 10.9.0.1; worker i is IP0 + i */
 #define ECHO_PORT  7
@@ -577,6 +581,356 @@ static void test_idle_sleeps(void **state)
 	munmap((void *)T.seg, T.seg_size);
 }
 
+/* ---- evl over the pair: back-pressure end to end, and a client that stops ---- */
+
+#define BP_BYTES        (2u << 20)      /* what the client sends, not reading at first */
+#define BP_WRITE        (16u << 10)     /* bytes per client write */
+#define BP_MAX_PENDING  (64u << 10)     /* evl's max_pending on both sides */
+#define BP_SLACK        4096u           /* one segment beyond a copy-aside at the limit */
+#define BP_TICK_US      10000u          /* the client checks its writes' progress this often */
+#define BP_STALL_TICKS  3               /* ticks with no progress: its writes are stalled */
+#define SD_CONNS        4
+#define SD_MSG          "goodbye"
+#define SD_DEADLINE_US  (5u * 1000 * 1000)
+
+static struct {
+	uint8_t *pattern;
+	int result;                     /* first failure seen by a callback */
+	atomic_bool done;               /* the client has what it wanted: closes are expected */
+	struct fp_evl *evls[2];         /* [0] the server's, [1] the client's */
+	struct fp_timer deadline[2], tick;
+	/* back-pressure: the client (worker 1) */
+	struct fp_evl_conn *cc;
+	size_t written, got, first_read, last_written;
+	unsigned still_ticks;
+	bool reading, stalled;
+	/* back-pressure: the server (worker 0) */
+	size_t srv_max_read;
+	/* stop */
+	atomic_bool sd_listening;
+	size_t sd_got[SD_CONNS];
+	unsigned sd_connects, sd_echoed, sd_closed, sd_reset;
+	int sd_server_ret;
+} E;
+
+#define EFAIL(evl, why) evl_fail_test((evl), (why), __LINE__)
+
+static void evl_fail_test(struct fp_evl *evl, const char *why, int line)
+{
+	fprintf(stderr, "# %s (line %d)\n", why, line);
+	if (!E.result)
+		E.result = -EBADMSG;
+	fp_ctx_stop(fp_evl_ctx(evl), -EBADMSG);
+}
+
+static void e_deadline_fn(struct fp_timer *t, uint64_t now_us)
+{
+	(void)now_us;
+	fp_ctx_stop(fp_evl_ctx(E.evls[t == &E.deadline[1]]), -ETIMEDOUT);
+}
+
+/* @side: 0 server, 1 client; a deadline on its wheel. */
+static void e_start(struct fp_evl *evl, unsigned side, uint64_t deadline_us)
+{
+	struct fp_ctx *ctx = fp_evl_ctx(evl);
+
+	E.evls[side] = evl;
+	fp_timer_init(&E.deadline[side], e_deadline_fn);
+	fp_ctx_timer_add(ctx, &E.deadline[side], fp_ctx_now_us(ctx) + deadline_us);
+}
+
+static void e_fini(struct fp_evl *evl)
+{
+	for (unsigned i = 0; i < 2; i++)
+		if (E.evls[i] == evl)
+			fp_ctx_timer_cancel(fp_evl_ctx(evl), &E.deadline[i]);
+	if (E.evls[1] == evl)
+		fp_ctx_timer_cancel(fp_evl_ctx(evl), &E.tick);
+}
+
+/* fp-echo's server: echo what fits in the output, consume that (the rest is shown again
+ * once the output moves). */
+static size_t es_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
+{
+	size_t room = BP_MAX_PENDING - fp_evl_pending(c);
+	size_t n = len < room ? len : room;
+
+	if (len > E.srv_max_read)
+		E.srv_max_read = len;
+	return n && fp_evl_write(c, data, n) == 0 ? n : 0;
+}
+
+static void *es_accept(struct fp_evl_conn *c, void *larg)
+{
+	(void)c;
+	(void)larg;
+	return &E;
+}
+
+/* ---- back-pressure: worker 0 serves, worker 1 sends 2 MB and reads only later ---- */
+
+static void bp_pump(struct fp_evl_conn *c)
+{
+	while (E.written < BP_BYTES) {
+		size_t n = BP_BYTES - E.written < BP_WRITE ? BP_BYTES - E.written : BP_WRITE;
+
+		if (fp_evl_write(c, E.pattern + E.written, n))
+			return;
+		E.written += n;
+	}
+}
+
+/* Every BP_TICK_US while not reading: once the writes made no progress for a few ticks
+ * (everyone's windows and outputs are full), start reading. */
+static void bp_tick_fn(struct fp_timer *t, uint64_t now_us)
+{
+	if (E.written == E.last_written)
+		E.still_ticks++;
+	else
+		E.still_ticks = 0;
+	E.last_written = E.written;
+	if (E.still_ticks < BP_STALL_TICKS) {
+		fp_ctx_timer_add(fp_evl_ctx(E.evls[1]), t, now_us + BP_TICK_US);
+		return;
+	}
+	E.stalled = E.written < BP_BYTES;
+	E.reading = true;
+	fp_evl_read_again(E.cc);        /* nothing new arrives while all is held: ask */
+}
+
+static int bp_init(struct fp_evl *evl, void *arg)
+{
+	struct fp_ctx *ctx = fp_evl_ctx(evl);
+
+	(void)arg;
+	if (fp_ctx_worker(ctx) == 0) {
+		e_start(evl, 0, DEADLINE_US);
+		fp_evl_listen(evl, ECHO_PORT, NULL);
+		return 0;
+	}
+	e_start(evl, 1, DEADLINE_US);
+	fp_timer_init(&E.tick, bp_tick_fn);
+	fp_ctx_timer_add(ctx, &E.tick, fp_ctx_now_us(ctx) + BP_TICK_US);
+	E.cc = fp_evl_connect(evl, IP0, ECHO_PORT, &E);
+	return E.cc ? 0 : -ENOMEM;
+}
+
+static void bp_connected(struct fp_evl_conn *c, int status)
+{
+	if (status)
+		EFAIL(fp_evl_of(c), "connect failed");
+	else
+		bp_pump(c);
+}
+
+static size_t bp_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
+{
+	if (fp_evl_of(c) == E.evls[0])
+		return es_read(c, data, len);
+	if (!E.reading)
+		return 0;
+	if (!E.first_read)
+		E.first_read = len;     /* what was kept for a client that did not read */
+	if (E.got + len > BP_BYTES || memcmp(data, E.pattern + E.got, len)) {
+		EFAIL(fp_evl_of(c), "echoed bytes differ from what was sent");
+		return len;
+	}
+	E.got += len;
+	if (E.got == BP_BYTES) {
+		atomic_store(&E.done, true);
+		fp_ctx_stop(fp_evl_ctx(fp_evl_of(c)), 0);
+	}
+	return len;
+}
+
+static void bp_drained(struct fp_evl_conn *c)
+{
+	if (fp_evl_of(c) == E.evls[1])
+		bp_pump(c);
+}
+
+static void bp_closed(struct fp_evl_conn *c, int status)
+{
+	(void)status;
+	if (!atomic_load(&E.done))
+		EFAIL(fp_evl_of(c), "a connection ended (reset?) before the echo was complete");
+}
+
+static const struct fp_evl_ops bp_ops = {
+	.accept = es_accept, .connected = bp_connected, .read = bp_read,
+	.drained = bp_drained, .closed = bp_closed, .init = bp_init, .fini = e_fini,
+	.max_pending = BP_MAX_PENDING,
+};
+
+/*
+ * A client sends 2 MB to fp-echo's server logic and does not read: the server's output
+ * fills, it holds what arrives, its window closes, the client's output fills and its
+ * writes stall; the client kept at most max_pending of echo aside (plus one segment).
+ * Nobody is reset. Then the client reads: all 2 MB come back, in order.
+ */
+static void test_evl_backpressure(void **state)
+{
+	struct fp_devq *ends[2];
+	struct fp_rt_config cfg;
+	struct fp_app app;
+	uint64_t seed = fp_test_seed();
+	int ret;
+
+	(void)state;
+	memset(&T, 0, sizeof(T));       /* T.stats_name "": no segment */
+	memset(&E, 0, sizeof(E));
+	E.pattern = malloc(BP_BYTES);
+	assert_non_null(E.pattern);
+	for (size_t i = 0; i < BP_BYTES; i++)
+		E.pattern[i] = (uint8_t)fp_test_rand(&seed);
+	assert_int_equal(fp_pair_create(4096, 2048, ends), 0);
+	pair_config(&cfg, ends);
+	fp_evl_app(&app, &bp_ops, NULL);
+	app.name = "test_rt evl";
+	ret = fp_rt_run(&cfg, &app);
+	pair_drain(ends);
+	assert_int_equal(fp_pool_in_use(ends[0]->pool), 0);
+	assert_int_equal(fp_pool_in_use(ends[1]->pool), 0);
+	ends[0]->ops->close(ends[0]);
+	ends[1]->ops->close(ends[1]);
+	free(E.pattern);
+	assert_int_equal(ret, 0);
+	assert_int_equal(E.result, 0);
+	assert_int_equal(E.got, BP_BYTES);
+	assert_true(E.stalled);                     /* the server pushed back */
+	assert_true(E.first_read > 0 && E.first_read <= BP_MAX_PENDING + BP_SLACK);
+	assert_true(E.srv_max_read <= BP_MAX_PENDING + BP_SLACK);
+}
+
+/* ---- stop: a client run stops with its connections open; the server run sees them end ---- */
+
+static int sd_srv_init(struct fp_evl *evl, void *arg)
+{
+	(void)arg;
+	e_start(evl, 0, SD_DEADLINE_US);
+	fp_evl_listen(evl, ECHO_PORT, NULL);
+	atomic_store(&E.sd_listening, true);
+	return 0;
+}
+
+static void sd_srv_closed(struct fp_evl_conn *c, int status)
+{
+	E.sd_closed++;
+	if (status == -ECONNRESET)
+		E.sd_reset++;
+	if (E.sd_closed == SD_CONNS)
+		fp_ctx_stop(fp_evl_ctx(fp_evl_of(c)), 0);
+}
+
+static const struct fp_evl_ops sd_srv_ops = {
+	.accept = es_accept, .read = es_read, .closed = sd_srv_closed, .init = sd_srv_init,
+	.fini = e_fini, .max_pending = BP_MAX_PENDING,
+};
+
+static int sd_cli_init(struct fp_evl *evl, void *arg)
+{
+	(void)arg;
+	e_start(evl, 1, SD_DEADLINE_US);
+	for (unsigned i = 0; i < SD_CONNS; i++)
+		if (!fp_evl_connect(evl, IP0, ECHO_PORT, &E.sd_got[i]))
+			return -ENOMEM;
+	return 0;
+}
+
+static void sd_cli_connected(struct fp_evl_conn *c, int status)
+{
+	if (status || fp_evl_write(c, SD_MSG, strlen(SD_MSG)))
+		EFAIL(fp_evl_of(c), "connect or first write failed");
+	E.sd_connects++;
+}
+
+/* Every connection echoed its message: stop the run with all of them open. */
+static size_t sd_cli_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
+{
+	size_t *got = fp_evl_conn_user(c);
+
+	(void)data;
+	*got += len;
+	if (*got == strlen(SD_MSG) && ++E.sd_echoed == SD_CONNS)
+		fp_ctx_stop(fp_evl_ctx(fp_evl_of(c)), 0);
+	return len;
+}
+
+static void sd_cli_closed(struct fp_evl_conn *c, int status)
+{
+	(void)status;
+	EFAIL(fp_evl_of(c), "a client connection ended before the stop");
+}
+
+static const struct fp_evl_ops sd_cli_ops = {
+	.connected = sd_cli_connected, .read = sd_cli_read, .closed = sd_cli_closed,
+	.init = sd_cli_init, .fini = e_fini,
+};
+
+/* One worker on @end at @addr: each run its own host on the pair. */
+static void one_worker_config(struct fp_rt_config *cfg, struct fp_devq *end, uint32_t addr)
+{
+	fp_rt_config_init(cfg);
+	cfg->transport = FP_TRANSPORT_PAIR;
+	cfg->n_workers = 1;
+	cfg->cores[0] = -1;
+	cfg->cores_set = true;
+	cfg->ipv4 = addr;
+	cfg->pair[0] = end;
+	cfg->quiet = true;
+	cfg->stats_name = "";
+	cfg->stack.rto_min_us = 20000;
+}
+
+static void *sd_server_main(void *arg)
+{
+	struct fp_app app;
+
+	fp_evl_app(&app, &sd_srv_ops, NULL);
+	app.name = "test_rt server";
+	E.sd_server_ret = fp_rt_run(arg, &app);
+	return NULL;
+}
+
+/*
+ * Two runs side by side on the two ends of a pair: a server, and a client that opens
+ * SD_CONNS connections, has one message echoed on each and stops with all of them open.
+ * Its fini resets them and its worker transmits the RSTs before the stack goes, so the
+ * server sees every connection die (-ECONNRESET) and stops by itself; without them the
+ * server would keep them established until its deadline, and fail.
+ */
+static void test_evl_client_stop_resets(void **state)
+{
+	struct fp_devq *ends[2];
+	struct fp_rt_config scfg, ccfg;
+	struct fp_app app;
+	pthread_t th;
+	int ret;
+
+	(void)state;
+	memset(&E, 0, sizeof(E));
+	assert_int_equal(fp_pair_create(1024, 2048, ends), 0);
+	one_worker_config(&scfg, ends[0], IP0);
+	one_worker_config(&ccfg, ends[1], IP0 + 1);
+	assert_int_equal(pthread_create(&th, NULL, sd_server_main, &scfg), 0);
+	for (int i = 0; i < 5000 && !atomic_load(&E.sd_listening); i++)
+		usleep(1000);
+	fp_evl_app(&app, &sd_cli_ops, NULL);
+	app.name = "test_rt client";
+	ret = fp_rt_run(&ccfg, &app);
+	pthread_join(th, NULL);
+	pair_drain(ends);
+	assert_int_equal(fp_pool_in_use(ends[0]->pool), 0);
+	assert_int_equal(fp_pool_in_use(ends[1]->pool), 0);
+	ends[0]->ops->close(ends[0]);
+	ends[1]->ops->close(ends[1]);
+	assert_int_equal(ret, 0);
+	assert_int_equal(E.result, 0);
+	assert_int_equal(E.sd_echoed, SD_CONNS);
+	assert_int_equal(E.sd_server_ret, 0);       /* not its deadline: every one ended */
+	assert_int_equal(E.sd_reset, SD_CONNS);
+}
+
 /* ---- options ---- */
 
 static int opt(struct fp_rt_config *cfg, const char *o, const char *v, char *err)
@@ -816,6 +1170,8 @@ int main(void)
 		cmocka_unit_test(test_udp_echo),
 		cmocka_unit_test(test_tcp_echo),
 		cmocka_unit_test(test_tcp_echo_lossy),
+		cmocka_unit_test(test_evl_backpressure),
+		cmocka_unit_test(test_evl_client_stop_resets),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

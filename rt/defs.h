@@ -17,9 +17,10 @@
  *   run.c     fp_rt_run(): options, startup steps, threads, pinning, signals, stats segment
  *   worker.c  the xdp/pair transport: IX's loop over a device queue and a stack, and the
  *             calls mapped onto net.h
- *   kernel.c  the kernel transport: the same API over Linux sockets with epoll
+ *   kernel.c  the kernel transport: the same API over Linux sockets; its two engines are
+ *             kernel_uring*.c (io_uring, the default) and kernel_epoll.c (kernel.h)
  *   stats.c   the shared-memory segment (create, publish, open for readers)
- *   evl.c     the event-callback layer over api.h
+ *   evl.c     the event-callback layer over api.h (with evl_io.c; evl_defs.h)
  */
 
 struct fp_ctx;

@@ -294,15 +294,11 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 	return 0;
 }
 
-int fp_rt_option(struct fp_rt_config *cfg, const char *opt, const char *val, char *err,
-		 size_t errlen)
+static int rt_option(struct fp_rt_config *cfg, const char *opt, const char *val, char *err,
+		     size_t errlen)
 {
 	int r;
 
-	if (!val) {
-		snprintf(err, errlen, "--%s needs a value", opt);
-		return -1;
-	}
 	if (!strcmp(opt, "if")) {
 		if (!*val || strlen(val) >= 16) {
 			snprintf(err, errlen, "--if: '%s' is not an interface name", val);
@@ -316,6 +312,35 @@ int fp_rt_option(struct fp_rt_config *cfg, const char *opt, const char *val, cha
 	if ((r = opt_number(cfg, opt, val, err, errlen)) != 0)
 		return r;
 	return opt_other(cfg, opt, val, err, errlen);
+}
+
+static bool rt_option_known(const char *opt)
+{
+	for (const char *const *n = fp_rt_option_names; *n; n++)
+		if (!strcmp(*n, opt))
+			return true;
+	return false;
+}
+
+int fp_rt_option(struct fp_rt_config *cfg, const char *opt, const char *val, char *err,
+		 size_t errlen)
+{
+	int r;
+
+	if (!rt_option_known(opt))
+		return 0;
+	if (!val) {
+		snprintf(err, errlen, "--%s needs a value", opt);
+		return -1;
+	}
+	r = rt_option(cfg, opt, val, err, errlen);
+	/* The message quotes the value as given: keep it one printable line whatever the
+	 * value holds (found by fuzz_rt_options: a newline in a value made two lines). */
+	if (r < 0)
+		for (char *c = err; errlen && *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
+	return r;
 }
 
 /* ---- a run: startup steps, threads, waiting ---- */

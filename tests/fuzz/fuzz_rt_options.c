@@ -31,11 +31,11 @@
  *     n_workers in 1..FP_RT_MAX_WORKERS, rx_drop in [0, 1], cores listed in range, the
  *     prefix 1..32, enums in range, --if and --stats names valid and pointing at argv.
  *
- * Two things the parser does that rt.h leaves open are tolerated, and named here so a
- * reader knows they were seen: a bad --cores list may have overwritten some cores[]
- * entries before it failed (n_cores and cores_set do not change, so nothing reads them);
- * and an error message quotes the value verbatim, so a value with a newline in it makes a
- * message with a newline in it (the check then holds for the text around the value).
+ * One thing the parser does that rt.h leaves open is tolerated, and named here so a
+ * reader knows it was seen: a bad --cores list may have overwritten some cores[] entries
+ * before it failed (n_cores and cores_set do not change, so nothing reads them). Error
+ * messages quote the value with control characters replaced, so they are always one
+ * line (this target first found a value with a newline making two).
  */
 
 #define CHECK(x) do { if (!(x)) abort(); } while (0)
@@ -214,11 +214,10 @@ static void check_error(const char *err, size_t errlen, const char *opt, const c
 	CHECK(errlen < 3 || !strncmp(err, "--", 2));
 	for (size_t i = errlen; i < ERR_CAP; i++)
 		CHECK((uint8_t)err[i] == CANARY);
-	/* A newline may only come from the name or value, quoted as given (see the top). */
-	if (!strchr(opt, '\n') && (!val || !strchr(val, '\n')))
-		CHECK(!strchr(err, '\n'));
-	else
-		CHECK(err[0] != '\n');
+	(void)opt;
+	(void)val;
+	for (const char *c = err; *c; c++)   /* one printable line, whatever the value held */
+		CHECK((unsigned char)*c >= 0x20 && *c != 0x7f);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

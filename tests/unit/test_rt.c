@@ -1005,6 +1005,8 @@ static void test_options_bad(void **state)
 		{ "net", "dpdk" }, { "xdp-mode", "fast" }, { "xdp-copy", "maybe" },
 		{ "rx-drop", "1.5" }, { "rx-drop", "nan" }, { "stats", "a/b" }, { "stats", "" },
 		{ "if", "" }, { "umem-frames", "1" }, { "rcv-buf", "10" }, { "seed", "x" },
+		/* regress_newline_in_value (fuzz_rt_options): the quoted value made two lines */
+		{ "batch", "1\n2" }, { "ip", "10.0.0.1\r\n" },
 	};
 	struct fp_rt_config c;
 	char err[256];
@@ -1021,6 +1023,7 @@ static void test_options_bad(void **state)
 	}
 	assert_int_equal(opt(&c, "batch", NULL, err), -1);
 	assert_int_equal(c.batch, FP_RT_DEFAULT_BATCH);  /* a bad value changes nothing */
+	assert_int_equal(opt(&c, "threads", NULL, err), 0); /* not ours, with or without a value */
 }
 
 /* Every name fp_rt_option takes is in the help, whose descriptions start at column 24. */

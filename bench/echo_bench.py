@@ -219,7 +219,29 @@ def table(res, reps):
                    f"{med(rs, 'busy_share'):.2f} | {med(rs, 'cpu0_busy_pct'):.0f} | "
                    f"{med(rs, 'batch_mean'):.1f} / {med(rs, 'batch_p50'):.0f} / "
                    f"{med(rs, 'batch_p99'):.0f} | {med(rs, 'rtt_p50'):.0f} / {med(rs, 'rtt_p99'):.0f} |")
+    out += ["", "Ratios within each repetition (flowplane server on AF_XDP / the same app on the "
+            "kernel transport, same client), then their median:", "",
+            "| ratio | per repetition | median |", "|---|---|---|"]
+    for label, a, b, key in ratio_rows(res):
+        per = [x[key] / y[key] for x, y in zip(a, b) if y[key]]
+        if per:
+            out.append(f"| {label} | {' '.join(f'{r:.2f}' for r in per)} | "
+                       f"{statistics.median(per):.2f} |")
     return "\n".join(out) + "\n"
+
+
+def ratio_rows(res):
+    r, t = res["rtt"], res["tput"]
+    rows = [("RTT p50, Linux client", r.get("xdp-poll<-kernel"), r.get("kernel<-kernel"), "p50"),
+            ("RTT p99, Linux client", r.get("xdp-poll<-kernel"), r.get("kernel<-kernel"), "p99")]
+    for n in (1, 1024):
+        for c, name in (("xdp-poll", "flowplane client"), ("kernel", "Linux client")):
+            rows.append((f"msgs/s n={n}, {name}", t.get(f"xdp-poll<-{c} n={n}"),
+                         t.get(f"kernel<-{c} n={n}"), "msgs_per_s"))
+            rows.append((f"server busy ns/msg n={n}, {name} (kernel / flowplane)",
+                         t.get(f"kernel<-{c} n={n}"), t.get(f"xdp-poll<-{c} n={n}"),
+                         "busy_ns_per_msg"))
+    return [(l, a, b, k) for l, a, b, k in rows if a and b]
 
 
 def main(argv=None):
@@ -233,7 +255,13 @@ def main(argv=None):
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--tag", default="fpbench")
     ap.add_argument("--quick", action="store_true", help="1 rep, short runs (a smoke test)")
+    ap.add_argument("--render", metavar="JSON", help="print the tables of an earlier run's "
+                    "echo.json and exit (no measurement)")
     a = ap.parse_args(argv)
+    if a.render:
+        res = json.loads(pathlib.Path(a.render).read_text())
+        print(table(res, len(next(iter(res["rtt"].values())))))
+        return 0
     if a.quick:
         a.reps, a.rtt_count, a.duration, a.warmup = 1, 2000, 1.0, 0.3
     if a.reps < 1 or a.conns < 1 or a.duration <= 0:

@@ -259,14 +259,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		r = fp_rt_option(&cfg, opt, val, err, errlen);
 		CHECK(r == -1 || r == 0 || r == 1);
 		if (r == 0) {
-			CHECK(val && !is_rt_name(opt));
+			CHECK(!is_rt_name(opt));     /* not ours, with a value or without */
 			CHECK(!memcmp(&cfg, &before, sizeof(cfg)));
 			for (size_t i = 0; i < sizeof(err); i++)
 				CHECK((uint8_t)err[i] == CANARY);
 			continue;
 		}
-		if (val)
-			CHECK(is_rt_name(opt));
+		CHECK(is_rt_name(opt));
 		if (r < 0) {
 			check_error(err, errlen, opt, val);
 			/* Unchanged, but for cores[] entries a bad --cores list overwrote. */

@@ -255,11 +255,15 @@ def test_connection_churn_no_leak(topo, build_dir, transport):
         before = srv.stats_json()["workers"][0]
         for _ in range(3):
             assert client_py(topo, CHURN, srv.addr, PORT, 1000, 20).strip() == "ok"
+        # The client closes first, so the server keeps no TIME_WAIT: what stays is the
+        # listener's control block on the stack (the kernel transport counts flows only).
+        # `before` may still hold the readiness probe's connection, so it is not the target.
+        idle_conns = 1 if transport == "xdp" else 0
         deadline = time.time() + 10
         while True:
             w = srv.stats_json()["workers"][0]
-            # The client closes first, so the server keeps no TIME_WAIT: only the listener.
-            if w["tcp_conns"] == before["tcp_conns"] and w["pool_in_use"] <= before["pool_in_use"] + 64:
+            # Buffers: back to where they were, give or take one fill-ring top-up batch.
+            if w["tcp_conns"] == idle_conns and w["pool_in_use"] <= before["pool_in_use"] + 64:
                 break
             assert time.time() < deadline, (w["tcp_conns"], w["pool_in_use"], before["pool_in_use"])
             time.sleep(0.2)

@@ -45,6 +45,7 @@ struct rt_run {
 				       * startup line; the xdp/pair workers count them */
 	atomic_uint n_zerocopy;       /* xdp queues bound zero-copy / in native mode */
 	atomic_uint n_native;
+	atomic_uint n_uring;          /* kernel workers whose engine is io_uring */
 };
 
 struct fp_ctx {

@@ -650,6 +650,8 @@ static int kt_setup(struct kt *kt, struct rt_run *run, unsigned worker)
 	kt->wake = (struct kt_sock){ .fd = run->wake_fd, .kind = KT_WAKE };
 	if ((ret = kt_engine_setup(kt, worker)))
 		return ret;
+	if (kt->eng == &kt_engine_uring)
+		atomic_fetch_add(&run->n_uring, 1);   /* for the startup line */
 	if (run->wake_fd >= 0 && (ret = kt->eng->add(kt, &kt->wake)))
 		return ret;
 	return 0;

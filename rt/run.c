@@ -659,11 +659,14 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 	unsigned n = c->n_workers;
 
 	inet_ntop(AF_INET, &a, ip, sizeof(ip));
-	if (c->transport == FP_TRANSPORT_KERNEL)
-		snprintf(out, len, "kernel sockets (%s) on %s",
-			 c->kernel_io == FP_KERNEL_IO_EPOLL ? "epoll" :
-			 c->kernel_io == FP_KERNEL_IO_URING ? "io_uring" : "io_uring or epoll",
+	if (c->transport == FP_TRANSPORT_KERNEL) {
+		/* What the workers chose (auto falls back to epoll where io_uring is refused). */
+		unsigned u = atomic_load(&s->run.n_uring);
+		snprintf(out, len, "kernel sockets (%s%s) on %s",
+			 u == n ? "io_uring" : u == 0 ? "epoll" : "io_uring on some workers, epoll",
+			 c->kernel_io == FP_KERNEL_IO_AUTO ? ", auto" : "",
 			 c->ipv4 ? ip : "any address");
+	}
 	else if (c->transport == FP_TRANSPORT_PAIR)
 		snprintf(out, len, "pair from %s/%u", ip, c->prefix_len);
 	else
@@ -705,9 +708,9 @@ static void rt_wait(struct rt_start *s)
 				       { .fd = s->run.wake_fd, .events = POLLIN } };
 		struct signalfd_siginfo si;
 
-		/* The kernel transport does not count ready workers: it has nothing to tell. */
-		if (!told && (atomic_load(&s->run.n_ready) == s->cfg.n_workers ||
-			      s->cfg.transport == FP_TRANSPORT_KERNEL)) {
+		/* Once every worker has run init: the line says what they chose (AF_XDP modes,
+		 * the kernel transport's engine). */
+		if (!told && atomic_load(&s->run.n_ready) == s->cfg.n_workers) {
 			rt_summary(s);
 			told = true;
 		}

@@ -312,3 +312,23 @@ def test_help(build_dir, cmd, words):
     assert r.returncode == 0
     for w in words:
         assert w in r.stdout
+
+
+@pytest.mark.parametrize("io,engine", [("auto", None), ("uring", "io_uring"), ("epoll", "epoll")])
+def test_startup_line_names_the_engine(build_dir, io, engine):
+    """The startup line says which engine the workers run (auto: what they chose)."""
+    port = free_port()
+    p = subprocess.Popen([str(exe(build_dir)), "server", "--net", "kernel", "--kernel-io", io,
+                          "--ip", HOST, "--port", str(port), "--stats", "none",
+                          "--cores", SERVER_CORE], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_accepting(port, p)
+        time.sleep(0.3)   # the line comes once every worker has run init
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=10)
+    line = next(l for l in err.splitlines() if "kernel sockets" in l)
+    if engine:
+        assert f"kernel sockets ({engine})" in line, line
+    else:  # auto names what it chose: io_uring, or epoll where io_uring is refused
+        assert "(io_uring, auto)" in line or "(epoll, auto)" in line, line

@@ -290,6 +290,27 @@ void tcp_destroy(struct fp_stack *st)
 	st->tcp = NULL;
 }
 
+unsigned fp_stack_reset_all(struct fp_stack *st)
+{
+	struct tcp_stack *ts = st->tcp;
+	unsigned n = 0;
+
+	if (!ts)
+		return 0;
+	/* What a process exit does on Linux for sockets with unread data: tell every peer
+	 * that has a synchronized connection with us. TIME_WAIT owes nothing; an embryonic
+	 * SYN_SENT has no sequence number the peer knows. The control blocks stay for
+	 * fp_stack_destroy; no events are raised. */
+	for (struct fp_tcp_conn *c = ts->all; c; c = c->all_next) {
+		if (c->state >= FP_TCP_SYN_RECEIVED && c->state != FP_TCP_TIME_WAIT) {
+			tcp_send_rst_conn(st, c);
+			tcp_set_state(st, c, FP_TCP_CLOSED);
+			n++;
+		}
+	}
+	return n;
+}
+
 uint32_t fp_stack_tcp_conns(const struct fp_stack *st)
 {
 	return st->tcp ? st->tcp->n_conns : 0;

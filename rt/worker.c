@@ -479,6 +479,9 @@ static int rt_app_run(struct rt_wk *w)
 	if (app->fini)
 		app->fini(&w->ctx);
 	rt_ctx_flush(&w->ctx);
+	/* Flows fini left open (a native-API app, a connect in flight, a close still in
+	 * FIN_WAIT): reset them, as a process exit would, so no peer keeps a dead one. */
+	fp_stack_reset_all(w->st);
 	rt_drain(w);
 	return 0;
 }

@@ -93,6 +93,12 @@ struct fp_stack *fp_stack_create(const struct fp_stack_config *cfg, uint64_t now
  * undrained events' buffers. */
 void fp_stack_destroy(struct fp_stack *st);
 
+/* Before destroying a stack whose peers should hear of it (a worker stopping): queue a
+ * RST for every connection in a synchronized state but TIME_WAIT, as Linux does for a
+ * process that exits, and mark them CLOSED; transmit with fp_stack_tx, then destroy. No
+ * events are raised. Returns the RSTs queued. */
+unsigned fp_stack_reset_all(struct fp_stack *st);
+
 /* Hand @n received frames to the stack, which takes ownership of each. */
 void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, uint64_t now_us);
 

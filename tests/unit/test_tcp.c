@@ -2264,6 +2264,29 @@ static void test_abort_sends_rst_and_frees(void **state)
 	assert_int_equal(fp_stack_tcp_conns(h->st), 0);
 }
 
+/* A stopping worker resets what is synchronized (not TIME_WAIT, not SYN_SENT), raises no
+ * event, and leaves the control blocks to fp_stack_destroy (the teardown's leak check). */
+static void test_reset_all_resets_synchronized_conns_only(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct tcp_test_conn_params est = t_est(), tw = t_est();
+
+	t_conn(h, est);
+	tw.state = FP_TCP_TIME_WAIT;
+	tw.rport = est.rport + 1;
+	t_conn(h, tw);
+	assert_int_equal(fp_stack_reset_all(h->st), 1);
+	t_pop(h, &p);
+	assert_true(p.tcp.flags & RST);
+	assert_int_equal(p.tcp.seq, S);
+	assert_int_equal(p.tcp.dport, est.rport);
+	t_expect_none(h);
+	t_no_event(h);
+	assert_int_equal(fp_stack_reset_all(h->st), 0);  /* already CLOSED: nothing twice */
+	t_expect_none(h);
+}
+
 /* RFC 9293 §3.10.4 (CLOSE, CLOSE-WAIT): send FIN, LAST-ACK; §3.10.7.4 fifth (LAST-ACK):
  * the ACK of our FIN -> CLOSED, TCB deleted. */
 static void test_close_in_close_wait_sends_fin_then_last_ack_freed(void **state)
@@ -2808,6 +2831,7 @@ int main(void)
 		T(test_out_of_order_data_up_to_queued_fin_keeps_it),
 		T(test_close_wait_retransmitted_fin_acked_again),
 		T(test_abort_sends_rst_and_frees),
+		T(test_reset_all_resets_synchronized_conns_only),
 		T(test_close_in_close_wait_sends_fin_then_last_ack_freed),
 		T(test_simultaneous_close_closing_then_time_wait),
 		T(test_fin_wait_1_fin_acking_our_fin_enters_time_wait),

@@ -217,17 +217,13 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 {
 	struct fp_rt_worker_stats *s = w->ctx.stats;
 	unsigned n = w->q->ops->rx_burst(w->q, w->rx, w->batch);
-	uint64_t bytes = 0;
 
 	*got = n > 0;
 	if (!n)
 		return 0;
-	/* Queue depth at this poll: what we took plus what is still waiting. */
+	/* Queue depth at this poll: what we took plus what is still waiting. (Frames and
+	 * bytes the device counts already; rt_publish copies them.) */
 	s->rxq_hist[fp_rt_log2_bucket(n + w->q->ops->rx_ready(w->q))]++;
-	for (unsigned i = 0; i < n; i++)
-		bytes += w->rx[i]->pkt_len;
-	s->rx_frames += n;
-	s->rx_bytes += bytes;
 	if (fp_unlikely(w->rx_drop > 0.0))
 		n = rt_rx_drop(w, n);
 	if (n)
@@ -250,7 +246,6 @@ static fp_cold void rt_tx_shed(struct rt_wk *w)
 /* Step 6. Returns the frames the device took. */
 static unsigned rt_tx(struct rt_wk *w)
 {
-	struct fp_rt_worker_stats *s = w->ctx.stats;
 	unsigned sent = 0;
 
 	for (;;) {
@@ -258,10 +253,6 @@ static unsigned rt_tx(struct rt_wk *w)
 		if (!n)
 			break;
 		unsigned k = w->q->ops->tx_burst(w->q, w->tx, n);
-		/* The frames stay ours until reclaim(), on this thread: reading them is safe. */
-		for (unsigned i = 0; i < k; i++)
-			s->tx_bytes += w->tx[i]->pkt_len;
-		s->tx_frames += k;
 		sent += k;
 		w->n_tx = n - k;
 		if (w->n_tx) {
@@ -291,6 +282,10 @@ static void rt_publish(struct rt_wk *w, uint64_t now)
 	s->pool_in_use = fp_pool_in_use(w->q->pool);
 	memset(&ds, 0, sizeof(ds));
 	w->q->ops->stats(w->q, &ds);
+	s->rx_frames = ds.rx_frames;
+	s->rx_bytes = ds.rx_bytes;
+	s->tx_frames = ds.tx_frames;
+	s->tx_bytes = ds.tx_bytes;
 	s->drops[FP_RT_DROP_dev_rx_dropped] = ds.rx_dropped;
 	s->drops[FP_RT_DROP_dev_fill_empty] = ds.rx_fill_empty;
 	s->drops[FP_RT_DROP_dev_invalid] = ds.invalid_descs;

@@ -67,7 +67,9 @@ struct fp_rt_worker_stats {
 	uint64_t busy_cycles;         /* rounds that did work (TSC cycles) */
 	uint64_t idle_cycles;         /* rounds that found nothing, and sleeping */
 	uint64_t sleeps;              /* times the worker slept in poll() */
-	uint64_t rx_frames, rx_bytes, tx_frames, tx_bytes;
+	uint64_t rx_frames, rx_bytes, tx_frames, tx_bytes; /* xdp/pair: the device's counters,
+							   * copied with net[]; kernel: reads
+							   * and writes, per round */
 	uint64_t conds, calls;        /* delivered to / executed for the application */
 	uint64_t app_ops, app_errors; /* fp_ctx_count() */
 	uint64_t drops[FP_RT_DROP_COUNT];

@@ -157,6 +157,11 @@ unsigned rt_ctx_timers(struct fp_ctx *ctx, uint64_t now_us)
 
 	ctx->now_us = now_us;
 	fired = fp_timer_run(&ctx->timers, now_us);
+	if (ctx->run->app->poll) {
+		ctx->run->app->poll(ctx);
+		if (ctx->n_calls)
+			fired++;
+	}
 	if (ctx->n_calls)
 		rt_ctx_flush(ctx);
 	return fired;

@@ -484,6 +484,22 @@ static void evl_fini(struct fp_ctx *ctx)
 	evl_destroy(evl);
 }
 
+/* fp_app.poll: the application's per-round pass; its writes are flushed together, as a
+ * round's are (one sendv per connection), and the runtime executes them right after. */
+static void evl_poll(struct fp_ctx *ctx)
+{
+	struct fp_evl *evl = fp_ctx_user(ctx);
+
+	if (!evl)
+		return;
+	if (ctx->n_calls == 0)
+		evl_arena_reset(evl);
+	evl->in_handle = true;
+	evl->ops->poll(evl);
+	evl_flush_dirty(evl);
+	evl->in_handle = false;
+}
+
 void fp_evl_app(struct fp_app *app, const struct fp_evl_ops *ops, void *arg)
 {
 	memset(app, 0, sizeof(*app));
@@ -491,6 +507,7 @@ void fp_evl_app(struct fp_app *app, const struct fp_evl_ops *ops, void *arg)
 	app->init = evl_init;
 	app->handle = evl_handle;
 	app->fini = evl_fini;
+	app->poll = ops->poll ? evl_poll : NULL;
 	app->arg = arg;
 	app->layer = ops;
 }

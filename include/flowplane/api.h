@@ -106,6 +106,13 @@ struct fp_app {
 	void (*handle)(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned n,
 		       const struct fp_call *rets, unsigned n_rets);
 	void (*fini)(struct fp_ctx *ctx);
+	/* Optional: runs once per round on both transports, after the timers (and on the
+	 * xdp transport only once the round's conditions have settled), so an application
+	 * can act at a finer grain than the 16 us timer wheel: the load generator sends the
+	 * requests whose scheduled time has come. Calls it queues execute right after it.
+	 * A sleeping idle policy does not know its deadlines: run such an application with
+	 * --idle poll, or keep a timer armed for the next deadline. */
+	void (*poll)(struct fp_ctx *ctx);
 	void *arg;
 	const void *layer;          /* a layer's own table (evl.c keeps its fp_evl_ops here,
 				     * since @arg is the application's); NULL otherwise */

@@ -75,6 +75,9 @@ struct fp_evl_ops {
 	/* Runs on each worker before its loop: listen, connect, arm timers. 0 or -errno. */
 	int (*init)(struct fp_evl *evl, void *arg);
 	void (*fini)(struct fp_evl *evl);
+	/* Optional: once per round, after the timers (fp_app.poll): writes made here leave
+	 * together, one sendv per connection, right after it. */
+	void (*poll)(struct fp_evl *evl);
 	size_t max_pending;          /* output bytes per connection; 0 = 4 MiB */
 	size_t max_unread;           /* input @read may leave unconsumed before more is held
 				      * back (TCP then stops the peer); 0 = max_pending */

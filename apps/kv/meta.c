@@ -1,0 +1,1 @@
+/* meta.c: (being written) */

@@ -1,0 +1,1 @@
+/* proto.c: (being written) */

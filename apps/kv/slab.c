@@ -1,0 +1,1 @@
+/* slab.c: (being written) */

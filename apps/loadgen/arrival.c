@@ -1,0 +1,1 @@
+/* arrival.c: (being written) */

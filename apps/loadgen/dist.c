@@ -1,0 +1,1 @@
+/* dist.c: (being written) */

@@ -1,0 +1,2 @@
+/* main.c: (being written) */
+int main(void) { return 1; }

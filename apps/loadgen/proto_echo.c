@@ -1,0 +1,1 @@
+/* proto_echo.c: (being written) */

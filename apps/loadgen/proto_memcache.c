@@ -1,0 +1,1 @@
+/* proto_memcache.c: (being written) */

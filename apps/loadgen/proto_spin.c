@@ -1,0 +1,1 @@
+/* proto_spin.c: (being written) */

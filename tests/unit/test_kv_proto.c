@@ -1,0 +1,2 @@
+/* test_kv_proto.c: (being written) */
+int main(void) { return 77; }

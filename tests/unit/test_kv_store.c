@@ -1,0 +1,2 @@
+/* test_kv_store.c: (being written) */
+int main(void) { return 77; }

@@ -1,0 +1,2 @@
+/* test_loadgen.c: (being written) */
+int main(void) { return 77; }

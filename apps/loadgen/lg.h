@@ -67,7 +67,9 @@ enum lg_dist_kind {
 	LG_DIST_GEV,          /* location a, scale b, shape c */
 	LG_DIST_GPARETO,      /* location a, scale b, shape c */
 	LG_DIST_BIMODAL,      /* value a with probability p, else b */
-	LG_DIST_DISCRETE,     /* values[i] with probability probs[i] (n entries) */
+	LG_DIST_DISCRETE,     /* values[i] with probability cum[i] - cum[i-1] (n entries); when
+			       * cum[n-1] < 1, the rest from GPareto(a, b, c) (mutilate's
+			       * Discrete with a default: fb_value's head and tail) */
 };
 
 #define LG_DIST_MAX_POINTS 64
@@ -77,18 +79,22 @@ struct lg_dist {
 	double a, b, c, p;
 	unsigned n;                               /* DISCRETE */
 	double values[LG_DIST_MAX_POINTS];
-	double cum[LG_DIST_MAX_POINTS];           /* cumulative probabilities, cum[n-1] = 1 */
+	double cum[LG_DIST_MAX_POINTS];           /* cumulative probabilities, cum[n-1] <= 1 */
 	char name[32];                            /* as given, for output */
 };
 
 /*
  * Parse "fixed:V", "uniform:A,B", "exp:MEAN", "normal:MEAN,SD", "gev:LOC,SCALE,SHAPE",
  * "gpareto:LOC,SCALE,SHAPE", "bimodal:P,A,B" (A with probability P), a plain number
- * (fixed), or a named fit: "fb_key", "fb_value", "fb_ia" (mutilate's Facebook ETC fits).
- * @scale multiplies every value read (the caller's unit: 1 for bytes, 1000 for a time in
- * us given in ns); numbers may carry a time suffix ("10us", "2ms", "500ns", "1s") when
- * @time is true, and are then in nanoseconds regardless of @scale.
- * The ZygOS service-time set is built by lg_dist_service(). 0, or -EINVAL with one line in @err.
+ * (fixed), a named fit: "fb_key", "fb_value" (bytes), "fb_ia" (us) (mutilate's Facebook
+ * ETC fits), or the ZygOS service kinds "bimodal1:MEAN", "bimodal2:MEAN" (see
+ * lg_dist_service; "exp:MEAN" and "fixed:MEAN" are the other two). Aliases as mutilate
+ * spells them: "exponential", "pareto".
+ * @time false: numbers are taken as they are (bytes). @time true: the distribution is of
+ * times in nanoseconds; every value (not a shape, not a probability) may carry a suffix
+ * ("500ns", "10us", "2ms", "1s") and a bare number is in microseconds ("exp:10" is
+ * "exp:10us"); fb_ia becomes nanoseconds too.
+ * 0, or -EINVAL with one line in @err.
  */
 int lg_dist_parse(struct lg_dist *d, const char *spec, bool time, char *err, size_t errlen);
 
@@ -99,6 +105,11 @@ int lg_dist_service(struct lg_dist *d, const char *kind, double mean_ns, char *e
 double lg_dist_sample(const struct lg_dist *d, struct lg_rng *r);
 double lg_dist_cdf(const struct lg_dist *d, double x);   /* P(X <= x) */
 double lg_dist_mean(const struct lg_dist *d);
+/* The inverse CDF at @u in (0, 1) (what sample draws through; mutilate's key lengths use
+ * it with a hash of the key). */
+double lg_dist_quantile(const struct lg_dist *d, double u);
+/* The upper end of the support (INFINITY when unbounded): sizes buffers. */
+double lg_dist_max(const struct lg_dist *d);
 
 /* ---- arrivals and load patterns (arrival.c) ---- */
 
@@ -123,8 +134,9 @@ void lg_arrival_free(struct lg_arrival *a);
 /* The gap before the next arrival at @rate (arrivals per second, > 0), in nanoseconds. */
 double lg_arrival_gap_ns(struct lg_arrival *a, double rate, struct lg_rng *r);
 
-/* The CDF of a gap at @rate under @a's process, for the KS self-check (Poisson:
- * exponential; fixed and trace: NULL: no KS test, the slip check stands in). */
+/* The CDF of a gap of x nanoseconds at @rate arrivals per second under @a's process, for
+ * the KS self-check (Poisson: exponential; fixed and trace: NULL: no KS test, the slip
+ * check stands in). */
 typedef double (*lg_cdf_fn)(double x, double rate);
 lg_cdf_fn lg_arrival_cdf(const struct lg_arrival *a);
 
@@ -154,7 +166,8 @@ int lg_pattern_parse(struct lg_pattern *p, const char *spec, double duration_s, 
 		     char *err, size_t errlen);
 double lg_pattern_rate(const struct lg_pattern *p, double t_s);
 
-/* Parse a rate with an optional k/M suffix ("250k", "1.5M", "1000"). 0 or -EINVAL. */
+/* Parse a rate with an optional k/M suffix ("250k", "1.5M", "1000"): a finite number
+ * >= 0 (0 is accepted: callers that need a positive rate check). 0 or -EINVAL. */
 int lg_parse_rate(const char *s, double *out);
 
 /* ---- protocols (proto_echo.c, proto_memcache.c, proto_spin.c) ---- */
@@ -173,21 +186,28 @@ struct lg_req {
 	uint64_t sched_ns;  /* when the arrival process scheduled it (latency's start) */
 	uint32_t point;     /* the measurement point (window) it belongs to, or UINT32_MAX */
 	uint16_t op;        /* enum lg_op */
-	uint16_t aux;       /* protocol's own (echo: none; memcache: key length) */
-	uint32_t len;       /* protocol's own (echo: bytes expected back) */
+	uint16_t aux;       /* protocol's own (echo: the pattern's tag; memcache: key length,
+			     * 0 = any key; spin: service_ns's low 16 bits) */
+	uint32_t len;       /* protocol's own (echo, spin: request bytes; memcache GET: the
+			     * key's record index, SET: value bytes) */
 };
 
 struct lg_proto_config {
 	const char *name;       /* "echo", "memcache", "spin" */
-	/* echo */
-	uint32_t size;          /* message bytes (default 64) */
-	/* memcache */
-	const char *workload;   /* "usr" (default), "etc", or "custom" with the fields below */
-	struct lg_dist keysize, valuesize;
-	double get_ratio;       /* fraction of GETs */
-	uint64_t records;       /* key space: keys 0..records-1 (default 10,000 as mutilate) */
+	/* echo, spin */
+	uint32_t size;          /* message bytes (0: echo 64; spin 16, the header alone;
+				 * echo at most LG_ECHO_MAX, spin 16..LG_SPIN_MAX) */
+	/* memcache: the workload's preset, then each field given overrides it (a zeroed
+	 * struct gives none) */
+	const char *workload;   /* "usr" (NULL: usr), "etc", or "custom" (needs keysize and
+				 * valuesize; 100% GET unless get_ratio is given) */
+	struct lg_dist keysize, valuesize; /* given when name[0] != 0 (lg_dist_parse sets it) */
+	double get_ratio;       /* fraction of GETs, in [0, 1]; given when has_get_ratio */
+	bool has_get_ratio;
+	uint64_t records;       /* key space: keys 0..records-1 (0: 10,000 as mutilate; at most
+				 * UINT32_MAX) */
 	/* spin */
-	struct lg_dist service; /* service time in ns */
+	struct lg_dist service; /* service time in ns (name[0] == 0: exp, mean 10 us) */
 };
 
 struct lg_proto;
@@ -198,8 +218,9 @@ struct lg_proto_ops {
 	 * error with one line in @err. */
 	struct lg_proto *(*create)(const struct lg_proto_config *cfg, char *err, size_t errlen);
 	void (*destroy)(struct lg_proto *p);
-	/* Encode the next request into @buf (room @cap, at least lg_proto_max_request());
-	 * fill @req->op/aux/len. Returns its length. Per worker: @p may be shared, @r not. */
+	/* Encode the next request into @buf (room @cap, at least max_request());
+	 * fill @req->op/aux/len. Returns its length (0 if @cap is short). Per worker: @p may
+	 * be shared, @r not. */
 	size_t (*encode)(const struct lg_proto *p, struct lg_rng *r, uint8_t *buf, size_t cap,
 			 struct lg_req *req);
 	/* Encode the SET of key @i with a value of the workload's size (for --preload; 0 when
@@ -228,22 +249,36 @@ const struct lg_proto_ops *lg_proto_find(const char *name);
 
 /*
  * The spin protocol, binary, little-endian. A request is a 16-byte header followed by
- * (len - 16) bytes of padding:
+ * (len - 16) bytes of padding (zeros):
  *   u32 magic LG_SPIN_MAGIC, u32 len (total, 16..65536), u64 service_ns
- * The server spins for service_ns and answers with the same 16-byte header. (DNS and HTTP
- * fit behind the same ops table later.)
+ * The server spins for service_ns and answers with the same 16-byte header. The client
+ * takes a bad magic as a lost stream (-EBADMSG), another request's len or service_ns as a
+ * wrong answer (LG_RESP_ERROR). (DNS and HTTP fit behind the same ops table later.)
  */
 #define LG_SPIN_MAGIC 0x4e495053u   /* "SPIN" */
 #define LG_SPIN_HDR   16u
+#define LG_SPIN_MAX   65536u
+
+/* Echo: messages of 1..LG_ECHO_MAX bytes. */
+#define LG_ECHO_MAX   (1u << 20)
+
+/* Memcache: the longest response line taken (CRLF included), the largest VALUE data
+ * length taken (both else -EBADMSG), and the largest value a SET sends (under memcached's
+ * default 1 MiB item limit, which counts the item header and key too). */
+#define LG_MC_MAX_LINE  2048u
+#define LG_MC_MAX_BYTES (1u << 30)
+#define LG_MC_MAX_VALUE 1000000u
 
 /* ---- self-checks (check.c) ---- */
 
 /* One-sample Kolmogorov-Smirnov test of @x[0..n) (sorted in place) against @cdf at
- * @rate: the statistic D and its asymptotic p-value (Marsaglia, Tsang, Wang's series). */
+ * @rate: the statistic D and its asymptotic p-value P(K > sqrt(n) D), K Kolmogorov's
+ * limiting distribution (scipy.stats.kstest(..., method="asymp")). n = 0: D 0, p 1. */
 struct lg_ks { double d, p; size_t n; };
 void lg_ks_test(double *x, size_t n, lg_cdf_fn cdf, double rate, struct lg_ks *out);
 
-/* Two-sided Student t quantile t_{1-alpha/2, df} (for the confidence interval). */
+/* Two-sided Student t quantile t_{1-alpha/2, df} (for the confidence interval): 2.776 for
+ * alpha 0.05 and 4 df. NAN when df is 0 or alpha is not in (0, 1). */
 double lg_t_quantile(double alpha, unsigned df);
 
 /*
@@ -266,8 +301,10 @@ uint64_t lg_chist_percentile(const struct lg_chist *h, double p);
 struct lg_ci { double lo, hi, mean; unsigned k; bool ok; };
 void lg_p99_ci(const struct lg_chist *batches, unsigned n, struct lg_ci *out);
 
-/* Reservoir of inter-arrival gaps for the KS test (Vitter's algorithm R). */
+/* Reservoir of inter-arrival gaps for the KS test (Vitter's algorithm R); the verdict
+ * tests a point only with at least LG_KS_MIN of them. */
 #define LG_KS_SAMPLES 4000
+#define LG_KS_MIN     100
 struct lg_reservoir { uint64_t seen; uint32_t n; double x[LG_KS_SAMPLES]; };
 void lg_reservoir_add(struct lg_reservoir *res, double v, struct lg_rng *r);
 /* Merge @src into @dst keeping a uniform sample of both (weighted by seen). */
@@ -294,7 +331,10 @@ struct lg_point {
 };
 
 void lg_point_init(struct lg_point *pt, double target_rps, double duration_s);
-/* Add @src's counts and histograms into @dst (per-worker points summed). */
+/* Add @src's counts and histograms into @dst (per-worker points summed); the reservoirs
+ * merge into one uniform sample of both. target_rps, duration_s and gap_rate describe the
+ * point, not a worker: @dst keeps its own, taking @src's only where it has 0. partial:
+ * either's. */
 void lg_point_merge(struct lg_point *dst, const struct lg_point *src, struct lg_rng *r);
 
 /* What output.c reports and JSON carries for a point, computed once from the merged point. */
@@ -302,8 +342,11 @@ struct lg_verdict {
 	double offered_rps, achieved_rps;
 	struct fp_hist_summary lat, slip;   /* ns */
 	struct lg_ci p99_ci;                /* ns */
-	struct lg_ks ks;                    /* n = 0: not tested (fixed, trace, too few) */
-	bool ok_rate;       /* achieved >= 99% of offered (open loop) */
+	struct lg_ks ks;                    /* n = 0: not tested (fixed, trace, closed loop,
+					     * fewer than LG_KS_MIN gaps) */
+	/* offered = scheduled / duration; achieved = (ok + misses + errors) / duration: every
+	 * answer counts, errors included, since the server did answer */
+	bool ok_rate;       /* achieved >= 99% of offered (open loop; always true closed) */
 	bool ok_slip;       /* slip p99 <= max_slip */
 	bool ok_ks;         /* p >= 0.01, or not tested */
 	bool ok_ci;         /* interval known and its half-width <= 10% of the p99 */
@@ -315,3 +358,144 @@ void lg_point_verdict(const struct lg_point *pt, lg_cdf_fn cdf, double max_slip_
 
 /* ---- engine.c, output.c, main.c: the run (below this line the engine's owner adds
  * struct lg_config and the engine and output entry points) ---- */
+
+/*
+ * NOTE TO THE HELPERS WRITING THIS CODE (the lead removes this comment when the work lands).
+ * The {COMMON} and {CLI} of the engine helper's instructions are these:
+ *
+ * ## Ground rules (shared by all helpers working in /work/main right now)
+ * - Repository: /work/main, a C11 + meson project (flowplane: a dataplane runtime, IX-style). Read /work/shared/STYLE.md first (how code should read: file opens with one line saying what it is for; 0 or -errno; functions mostly < 40 lines, files < 800 lines; comments say why). Read the headers you build on.
+ * - Several helpers edit this tree at the same time on DISJOINT files. Edit only the files assigned to you. Never run state-changing git commands (no commit, add, checkout, reset, stash, restore); the lead commits your work. `git diff`/`git status` are fine.
+ * - Build in your OWN build dirs, never in /work/main/build: e.g. `cd /work/main && CC=gcc meson setup /tmp/NAME-rel -Dbuildtype=release` and `meson setup /tmp/NAME-dbg -Dbuildtype=debug -Db_sanitize=address,undefined -Dwerror=true` (ASan+UBSan, warnings are errors: CI builds that way). Fuzz builds: `CC=clang meson setup /tmp/NAME-fuzz -Dbuildtype=debugoptimized -Dfuzz=true -Dtests=false -Db_lundef=false -Db_sanitize=address,undefined -Dwerror=true -Dc_args=-fno-sanitize-recover=all` (clang adds -Wcast-align warnings gcc does not). Other helpers' files may be half-written: if the build breaks in a file that is not yours, build only your targets (`ninja -C DIR path/to/target`) and carry on.
+ * - The machine has 2 vCPUs shared with the other helpers: use `ninja -j2` at most, and keep long CPU-heavy loops (fuzzing, stress) short (< 2 min at a time).
+ * - Unit tests use cmocka (see tests/unit/harness.h, and tests/unit/test_evl.c or test_hist.c for the style). Tests assert behaviour, never timings. No test that cannot fail.
+ * - Python lives in /work/main/.venv (pytest, numpy, scipy, matplotlib, pymemcache). Integration tests are pytest files in tests/integration (see conftest.py, test_echo_kernel.py, test_dataplane.py for the style: they set up and tear down their own network namespaces / processes, clean up on failure, use only loopback or their own veth/netns addresses; tools/netns.py has the standard topology).
+ * - Third-party code (memcached, mutilate) may be read to learn (the `fetch` tool brings a repository; the `search` tool finds docs), never copied.
+ * - When you finish, reply with: the files you wrote, what works (exact commands), test results, anything you left unfinished or found broken elsewhere, and any change you needed in a file that is not yours (describe it; don't make it).
+ *
+ * ## fp-loadgen's command line (the contract other helpers code against; build exactly this)
+ * Binary: build/<dir>/apps/loadgen/fp-loadgen; driver: `./flowplane loadgen ARGS` (same args).
+ * ```
+ * fp-loadgen --server A.B.C.D:PORT [options] [runtime options]
+ *   --proto echo|memcache|spin       protocol (default memcache)
+ *   --workload usr|etc               memcache workload as mutilate defines it (default usr)
+ *   --keysize D --valuesize D --get-ratio F --records N   override workload fields (D: a distribution spec, see lg.h)
+ *   --size BYTES                     echo message size (default 64)
+ *   --service D                      spin: service time distribution, e.g. exp:10us, fixed:5us, bimodal1:10us, bimodal2:10us (ZygOS set; the number is the mean)
+ *   --arrival poisson|fixed|trace:FILE    inter-arrival process (default poisson)
+ *   --rate R                         one point at R requests/s (k/M suffixes)
+ *   --rates R1,R2,...                several points in one run, in the order given
+ *   --sweep LO:HI:N                  N points evenly from LO to HI
+ *   --pattern slope:..|step:..|sine:..   IX control-plane load pattern over --duration, reported per --window
+ *   --window S                       pattern reporting window (default 1)
+ *   --closed K                       closed loop: K requests outstanding per connection, no arrival process (one point)
+ *   --conns N                        connections in total, spread over the workers (default 16)
+ *   --depth D                        requests in flight per connection (default 1; >1 pipelines). A request whose randomly chosen connection is full waits in that connection's backlog; its latency still counts from its scheduled time.
+ *   --warmup S                       unmeasured load before the first point (default 1)
+ *   --duration S                     measured time per point (default 5; with --pattern: the whole pattern)
+ *   --timeout MS                     a request unanswered this long counts as a timeout and its connection is reset and reopened (default 1000)
+ *   --preload / --no-preload         memcache: SET every key once before the warm-up (default on)
+ *   --max-slip-us US                 the generator's own lateness allowed at p99 before a point is marked invalid (default 50)
+ *   --slo-us US                      latency SLO shown in the table (default 500)
+ *   --json FILE                      write the JSON document (also on Ctrl-C: partial)
+ *   --quiet                          no progress lines on stderr
+ *   --seed N                         random seed (default: from the clock; printed)
+ *   runtime options (fp_rt_options_help): --net kernel|xdp, --if, --ip, --cores, --workers, --idle (loadgen's default: poll), ...
+ * ```
+ * Table on stdout (one row per point): target, offered, achieved (req/s), p50, p90, p99 [95% CI], p99.9, max (µs), errors, timeouts, slip p99 (µs), KS p, valid (yes / no: reasons).
+ * JSON document:
+ * {"tool":"fp-loadgen","version":1,"command":[argv...],"config":{proto, workload, workload_desc, arrival, conns, depth, workers, transport, closed, warmup_s, duration_s, timeout_ms, max_slip_us, slo_us, seed, server},
+ *  "interrupted":bool,
+ *  "points":[{"target_rps","offered_rps","achieved_rps","duration_s","scheduled","sent","completed","ok","misses","errors","timeouts","dropped","reconnects",
+ *             "latency_us":{"mean","p50","p90","p99","p999","max"},"p99_ci_us":[lo,hi] or null,
+ *             "slip_us":{"p50","p99","max"},"ks":{"d","p","n"} or null,
+ *             "checks":{"rate":bool,"slip":bool,"ks":bool,"ci":bool},"valid":bool,"invalid_reasons":[strings],"partial":bool,
+ *             "t_start_s": seconds since the run's start (for patterns)}]}
+ * Exit status: 0 when the run completed (even with invalid points), 1 on a run error, 2 on bad arguments, 130 after Ctrl-C (partial results written).
+ * Plot: `./flowplane plot FILE.json [FILE.json...] -o OUT.png [--slo-us 500] [--labels a,b,c]`: p99 (and p50 dashed) latency vs achieved throughput, one curve per file, invalid points hollow, SLO horizontal line.
+ */
+
+#include <stdio.h>
+
+#define LG_MAX_CONNS      100000u  /* connections in all */
+#define LG_MAX_DEPTH      1024u    /* --depth and --closed */
+#define LG_BACKLOG        32u      /* requests waiting for room on one connection; beyond:
+				    * dropped (counted) */
+#define LG_POLL_BURST     64u      /* arrivals one poll pass issues at most; the rest are
+				    * late, and their slip says so */
+#define LG_SWEEP_US       1000u    /* the housekeeping tick: timeouts, reconnects, progress */
+#define LG_SWEEP_SLICES   10u      /* each tick checks a tenth of the connections: each is
+				    * checked every 10 ms */
+#define LG_CONNECT_BURST  256u     /* connects in flight per worker during setup */
+#define LG_PRELOAD_DEPTH  8u       /* SETs in flight per connection while preloading */
+#define LG_DEFAULT_SEED   0        /* 0: from the clock (printed, so a run can be repeated) */
+
+/* What the command line asks for (main.c fills it; the engine and output read it). */
+struct lg_config {
+	struct fp_rt_config rt;           /* runtime options; idle defaults to poll */
+	uint32_t server_addr;             /* host order */
+	uint16_t server_port;
+	char server[32];                  /* "A.B.C.D:PORT" */
+	const struct lg_proto_ops *ops;
+	struct lg_proto_config proto;
+	struct lg_arrival arrival;
+	const char *arrival_spec;         /* as given ("poisson") */
+	/* The schedule: one point per rate (--rate, --rates, --sweep), or a pattern reported
+	 * per window, or closed loop (one point). */
+	double *rates;
+	unsigned n_rates;
+	struct lg_pattern pattern;        /* kind NONE unless --pattern */
+	const char *pattern_spec;
+	double window_s;
+	unsigned closed;                  /* K outstanding per connection; 0 = open loop */
+	unsigned conns, depth;
+	double warmup_s, duration_s;      /* duration: per point, or the whole pattern */
+	double timeout_ms, max_slip_us, slo_us;
+	bool preload, quiet;
+	uint64_t seed;
+	const char *json;
+	int argc;
+	char **argv;
+};
+
+/* Points the run has (rates, pattern windows, or 1 closed-loop point). */
+unsigned lg_config_points(const struct lg_config *cfg);
+/* Point @i's window: start (seconds after the warm-up began) and length. */
+double lg_point_start_s(const struct lg_config *cfg, unsigned i);
+double lg_point_len_s(const struct lg_config *cfg, unsigned i);
+/* The rate point @i asks for: its rate, or the pattern's mean over its window; 0 closed. */
+double lg_point_target(const struct lg_config *cfg, unsigned i);
+
+/* What a run produced, merged over the workers (engine.c fills it). */
+struct lg_result {
+	struct lg_point *points;          /* [n_points]: those whose window started */
+	unsigned n_points;
+	bool interrupted;                 /* stopped by SIGINT/SIGTERM: the last one partial */
+	uint64_t preload_keys, preload_errors;
+	double setup_s;                   /* connecting and preloading */
+	char workload[160];               /* the protocol's describe() */
+	char error[256];                  /* a run error ("" when none): exit 1 */
+};
+
+/* Run @cfg: connect, preload, warm up, measure every point, drain. 0 (finished or
+ * interrupted: see @res), or -errno with @res->error saying why (or nothing, when the
+ * runtime's startup failed and said so on stderr). Free @res with lg_result_free(). */
+int lg_engine_run(const struct lg_config *cfg, struct lg_result *res);
+void lg_result_free(struct lg_result *res);
+
+/* output.c */
+void lg_verdicts(const struct lg_config *cfg, const struct lg_result *res, struct lg_verdict *v);
+void lg_print_table(FILE *f, const struct lg_config *cfg, const struct lg_result *res,
+		    const struct lg_verdict *v);
+/* The JSON document (see README.md). 0, or -errno with one line on stderr. */
+int lg_write_json(const char *path, const struct lg_config *cfg, const struct lg_result *res,
+		  const struct lg_verdict *v);
+
+/* One progress line on @f for a finished point (counts over every worker; p99 the
+ * largest worker's, exact with one worker). */
+struct lg_progress {
+	uint64_t scheduled, completed, errors, timeouts, dropped;
+	uint64_t p99_ns;
+};
+void lg_print_progress(FILE *f, const struct lg_config *cfg, unsigned i,
+		       const struct lg_progress *p);

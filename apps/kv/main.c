@@ -1,2 +1,514 @@
-/* main.c: (being written) */
-int main(void) { return 1; }
+/* main.c: fp-kv's command line (memcached's flags and the runtime's) and the protocol on flowplane's event layer. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <flowplane/compiler.h>
+#include <flowplane/evl.h>
+#include <flowplane/rt.h>
+
+#include "proto.h"
+
+/*
+ * One store, created here before fp_rt_run and shared by every worker; one kv_conn per
+ * TCP connection, fed from evl's read callback. A worker leaves a quiescent state for
+ * the store's memory reclamation (QSBR) between rounds: in evl's poll hook, and on a
+ * 1 ms timer so that a worker asleep in its idle policy does not hold reclamation up.
+ *
+ * Output: every answer of one read is written at the end of it (proto.c stages them).
+ * A multiget or an mg that finds too little room stops, leaving its line unconsumed;
+ * evl shows it again once drained() says the output has emptied. The output cap is
+ * sized so the largest item always fits once the output has drained.
+ */
+
+#define KV_TICK_US        1000
+#define KV_MIN_PENDING    (4u << 20)
+#define OPT_RT_BASE       1000   /* getopt value of runtime option i */
+
+struct kv_main {
+	struct fp_rt_config rt;
+	struct kv_store_config store;
+	struct kv_settings set;
+	struct kv_proto proto;
+	struct fp_evl_ops ops;
+	atomic_uint conns;           /* live connections, against -c */
+	bool ip_set;                 /* --ip given: -l does not override it */
+	const char *listen;
+};
+
+struct kv_worker {
+	struct kv_main *m;
+	struct fp_evl *evl;
+	unsigned w;
+	struct fp_timer tick;
+	struct kv_mconn *conns;      /* live ones, to free at fini (evl resets them silently) */
+};
+
+struct kv_mconn {
+	struct kv_conn *kc;
+	struct fp_evl_conn *c;
+	struct kv_worker *wk;
+	bool aborted;                /* out_write reset it: evl forgot it already */
+	struct kv_mconn *next, **pprev;
+};
+
+/* ---- the worker ---- */
+
+static uint64_t unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void kv_between_rounds(struct kv_worker *wk)
+{
+	struct kv_store *s = wk->m->proto.store;
+
+	kv_store_quiesce(s, wk->w);
+	kv_store_tick(s, unix_ns());
+}
+
+static void kv_poll(struct fp_evl *evl)
+{
+	kv_between_rounds(fp_evl_user(evl));
+}
+
+static void kv_tick(struct fp_timer *t, uint64_t now_us)
+{
+	struct kv_worker *wk = fp_container_of(t, struct kv_worker, tick);
+
+	kv_between_rounds(wk);
+	fp_ctx_timer_add(fp_evl_ctx(wk->evl), &wk->tick, now_us + KV_TICK_US);
+}
+
+static int kv_init(struct fp_evl *evl, void *arg)
+{
+	struct kv_main *m = arg;
+	struct fp_ctx *ctx = fp_evl_ctx(evl);
+	struct kv_worker *wk = calloc(1, sizeof(*wk));
+
+	if (!wk)
+		return -ENOMEM;
+	wk->m = m;
+	wk->evl = evl;
+	wk->w = fp_ctx_worker(ctx);
+	fp_evl_set_user(evl, wk);
+	kv_between_rounds(wk);
+	fp_timer_init(&wk->tick, kv_tick);
+	fp_ctx_timer_add(ctx, &wk->tick, fp_ctx_now_us(ctx) + KV_TICK_US);
+	fp_evl_listen(evl, m->set.tcpport, NULL);
+	return 0;
+}
+
+static void mconn_free(struct kv_mconn *mc)
+{
+	if ((*mc->pprev = mc->next))
+		mc->next->pprev = mc->pprev;
+	kv_conn_free(mc->kc);
+	atomic_fetch_sub(&mc->wk->m->conns, 1);
+	free(mc);
+}
+
+static void kv_fini(struct fp_evl *evl)
+{
+	struct kv_worker *wk = fp_evl_user(evl);
+
+	if (!wk)
+		return;
+	fp_ctx_timer_cancel(fp_evl_ctx(evl), &wk->tick);
+	while (wk->conns)
+		mconn_free(wk->conns);
+	kv_store_offline(wk->m->proto.store, wk->w);
+	fp_evl_set_user(evl, NULL);
+	free(wk);
+}
+
+/* ---- output: proto.c's kv_out over evl ---- */
+
+static size_t out_room(void *arg)
+{
+	struct kv_mconn *mc = arg;
+	size_t cap = mc->wk->m->ops.max_pending, pending = fp_evl_pending(mc->c);
+
+	return mc->aborted ? 0 : pending < cap ? cap - pending : 0;
+}
+
+static int out_write(void *arg, const struct iovec *iov, unsigned n)
+{
+	struct kv_mconn *mc = arg;
+	int rc = mc->aborted ? -EPIPE : 0;
+
+	for (unsigned i = 0; i < n && !rc; i++)
+		rc = fp_evl_write(mc->c, iov[i].iov_base, iov[i].iov_len);
+	if (rc && !mc->aborted) {
+		/* proto.c checked the room first: only a transport out of buffers or a
+		 * dying connection gets here, and a half-written answer cannot stand */
+		fp_evl_abort(mc->c);
+		mc->aborted = true;
+	}
+	return rc ? -EPIPE : 0;
+}
+
+/* ---- connections ---- */
+
+static void *kv_accept(struct fp_evl_conn *c, void *larg)
+{
+	struct kv_worker *wk = fp_evl_user(fp_evl_of(c));
+	struct kv_mconn *mc;
+	struct kv_out out = { out_write, out_room, NULL };
+
+	(void)larg;
+	if (atomic_fetch_add(&wk->m->conns, 1) >= wk->m->set.maxconns) {
+		/* memcached's maxconns_fast: say so and hang up (the close follows the
+		 * write; no callback comes for @c after it) */
+		atomic_fetch_sub(&wk->m->conns, 1);
+		fp_evl_write(c, "ERROR Too many open connections\r\n", 33);
+		fp_evl_close(c);
+		return wk;
+	}
+	out.arg = mc = calloc(1, sizeof(*mc));
+	if (!mc || !(mc->kc = kv_conn_new(&wk->m->proto, wk->w, &out))) {
+		free(mc);
+		atomic_fetch_sub(&wk->m->conns, 1);
+		return NULL;
+	}
+	mc->c = c;
+	mc->wk = wk;
+	if ((mc->next = wk->conns))
+		wk->conns->pprev = &mc->next;
+	wk->conns = mc;
+	mc->pprev = &wk->conns;
+	return mc;
+}
+
+static size_t kv_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
+{
+	struct kv_mconn *mc = fp_evl_conn_user(c);
+	size_t used = kv_conn_feed(mc->kc, data, len);
+
+	if (kv_conn_closing(mc->kc)) {
+		if (mc->wk->m->proto.verbose > 1)
+			fprintf(stderr, "fp-kv: worker %u: closing a connection (quit, a line too "
+				"long, HTTP, or the output failed)\n", mc->wk->w);
+		if (!mc->aborted)
+			fp_evl_close(c);   /* after what was written (quit) */
+		mconn_free(mc);
+		return len;
+	}
+	return used;
+}
+
+/* The output emptied: a request that waited for room goes on. */
+static void kv_drained(struct fp_evl_conn *c)
+{
+	struct kv_mconn *mc = fp_evl_conn_user(c);
+
+	if (mc && kv_conn_blocked(mc->kc))
+		fp_evl_read_again(c);
+}
+
+static void kv_closed(struct fp_evl_conn *c, int status)
+{
+	struct kv_mconn *mc = fp_evl_conn_user(c);
+
+	if (mc && status && mc->wk->m->proto.verbose)
+		fprintf(stderr, "fp-kv: worker %u: a connection died (%s)\n", mc->wk->w,
+			strerror(-status));
+	if (mc)
+		mconn_free(mc);
+}
+
+/* ---- the command line ---- */
+
+static const char usage[] =
+	"usage: fp-kv [options] [runtime options]   (a memcached 1.6 drop-in)\n"
+	"  -p, --port=NUM             TCP port to listen on (default 11211)\n"
+	"  -U, --udp-port=NUM         UDP port: only 0 (off); UDP is not supported\n"
+	"  -l, --listen=ADDR          IPv4 address to listen on (kernel: bind; xdp: --ip)\n"
+	"  -m, --memory-limit=MB      item memory in megabytes (default 64)\n"
+	"  -M, --disable-evictions    answer out of memory instead of evicting\n"
+	"  -c, --conn-limit=NUM       max simultaneous connections (default 1024)\n"
+	"  -t, --threads=NUM          workers, one per core (sets --workers; default 1)\n"
+	"  -I, --max-item-size=SIZE   largest item, k/m suffixes (default 1m, min 1k)\n"
+	"  -f, --slab-growth-factor=F chunk size growth factor (default 1.25)\n"
+	"  -n, --slab-min-size=BYTES  min space for key+value+flags (default 48)\n"
+	"  -L, --enable-largepages    touch all item memory at startup\n"
+	"  -C, --disable-cas          disable CAS\n"
+	"  -F, --disable-flush-all    disable the flush_all command\n"
+	"  -o, --extended=LIST        hashpower=N (others are accepted and ignored)\n"
+	"  -u, --user=USER            accepted for compatibility (no privilege drop)\n"
+	"  -R, --max-reqs-per-event=N accepted for compatibility (answers go out per 20)\n"
+	"  -v, --verbose              -v connections that die, -vv every close by fp-kv\n"
+	"  -V, --version              print the version and exit\n"
+	"  -h, --help                 print this help and exit\n";
+
+static const struct option own_opts[] = {
+	{ "port", required_argument, NULL, 'p' },
+	{ "udp-port", required_argument, NULL, 'U' },
+	{ "listen", required_argument, NULL, 'l' },
+	{ "memory-limit", required_argument, NULL, 'm' },
+	{ "disable-evictions", no_argument, NULL, 'M' },
+	{ "conn-limit", required_argument, NULL, 'c' },
+	{ "threads", required_argument, NULL, 't' },
+	{ "max-item-size", required_argument, NULL, 'I' },
+	{ "slab-growth-factor", required_argument, NULL, 'f' },
+	{ "slab-min-size", required_argument, NULL, 'n' },
+	{ "enable-largepages", no_argument, NULL, 'L' },
+	{ "disable-cas", no_argument, NULL, 'C' },
+	{ "disable-flush-all", no_argument, NULL, 'F' },
+	{ "extended", required_argument, NULL, 'o' },
+	{ "user", required_argument, NULL, 'u' },
+	{ "max-reqs-per-event", required_argument, NULL, 'R' },
+	{ "verbose", no_argument, NULL, 'v' },
+	{ "version", no_argument, NULL, 'V' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* One line on stderr, exit 2. */
+static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("fp-kv: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(2);
+}
+
+static uint64_t parse_u64(const char *opt, const char *val, uint64_t lo, uint64_t hi)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(val, &end, 10);
+	if (!*val || *end || errno || val[0] == '-' || v < lo || v > hi)
+		usage_error("%s: '%s' is not a whole number in %llu..%llu", opt, val,
+			    (unsigned long long)lo, (unsigned long long)hi);
+	return v;
+}
+
+/* -I: bytes with an optional k or m suffix, as memcached reads it. */
+static uint32_t parse_item_size(const char *val)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(val, &end, 10);
+	if (end != val && (*end == 'k' || *end == 'K') && !end[1])
+		v <<= 10, end++;
+	else if (end != val && (*end == 'm' || *end == 'M') && !end[1])
+		v <<= 20, end++;
+	if (!*val || *end || errno || val[0] == '-')
+		usage_error("-I: '%s' is not a size (bytes, or with a k or m suffix)", val);
+	if (v < 1024)
+		usage_error("-I: item max size cannot be less than 1024 bytes");
+	if (v > (1024ull << 20))
+		usage_error("-I: cannot set item size limit higher than 1024 mb");
+	return (uint32_t)v;
+}
+
+static double parse_factor(const char *val)
+{
+	char *end;
+	double f = strtod(val, &end);
+
+	if (!*val || *end || !(f > 1.0) || f > 100.0)
+		usage_error("-f: factor must be greater than 1 (got '%s')", val);
+	return f;
+}
+
+/* -o: a comma separated list; hashpower=N is used, the rest of memcached's is ignored. */
+static void parse_extended(struct kv_main *m, const char *val)
+{
+	const char *p = val;
+
+	while (*p) {
+		size_t n = strcspn(p, ",");
+
+		if (n > 10 && !strncmp(p, "hashpower=", 10)) {
+			char num[16];
+
+			if (n - 10 >= sizeof(num))
+				usage_error("-o hashpower: '%.*s' is not 12..32", (int)n, p);
+			memcpy(num, p + 10, n - 10);
+			num[n - 10] = '\0';
+			m->store.hashpower = (unsigned)parse_u64("-o hashpower", num, 12, 32);
+			m->set.hashpower_init = m->store.hashpower;
+		}
+		p += n + (p[n] == ',');
+	}
+}
+
+static void defaults(struct kv_main *m)
+{
+	fp_rt_config_init(&m->rt);
+	m->store = (struct kv_store_config){
+		.mem_limit = (uint64_t)KV_DEFAULT_MEM_MB << 20, .item_max = KV_DEFAULT_ITEM_MAX,
+		.growth_factor = 1.25, .chunk_min = 48, .use_cas = true, .evict = true,
+	};
+	m->set = (struct kv_settings){
+		.maxconns = 1024, .tcpport = 11211, .factor = 1.25, .chunk_size = 48,
+		.use_cas = true, .evict = true, .flush_enabled = true,
+	};
+}
+
+/* One of fp-kv's own options. */
+static void take_opt(struct kv_main *m, int c, const char *val)
+{
+	switch (c) {
+	case 'p': m->set.tcpport = (uint16_t)parse_u64("-p", val, 1, 65535); break;
+	case 'U':
+		if (parse_u64("-U", val, 0, 65535))
+			usage_error("-U %s: UDP is not supported (memcached's UDP framing); "
+				    "use TCP, or -U 0", val);
+		break;
+	case 'l': m->listen = val; break;
+	case 'm': m->store.mem_limit = parse_u64("-m", val, 1, 1u << 22) << 20; break;
+	case 'M': m->store.evict = m->set.evict = false; break;
+	case 'c': m->set.maxconns = (unsigned)parse_u64("-c", val, 1, 1u << 24); break;
+	case 'I': m->store.item_max = parse_item_size(val); break;
+	case 'f': m->store.growth_factor = m->set.factor = parse_factor(val); break;
+	case 'n': m->store.chunk_min = (uint32_t)parse_u64("-n", val, 1, 1u << 20); break;
+	case 'L': m->store.prealloc = true; break;
+	case 'C': m->store.use_cas = m->set.use_cas = false; break;
+	case 'F': m->set.flush_enabled = false; break;
+	case 'o': parse_extended(m, val); break;
+	case 'R': parse_u64("-R", val, 1, 1u << 20); break;
+	case 'v': m->proto.verbose++; break;
+	case 'V': printf("fp-kv %s (memcached %s protocol)\n", KV_VERSION, KV_VERSION); exit(0);
+	case 'h':
+		fputs(usage, stdout);
+		fputs("runtime options:\n", stdout);
+		fputs(fp_rt_options_help, stdout);
+		exit(0);
+	}
+}
+
+/* Our table followed by the runtime's options; NULL-terminated. */
+static struct option *build_opts(void)
+{
+	size_t n_own = sizeof(own_opts) / sizeof(own_opts[0]) - 1, n_rt = 0;
+	struct option *all;
+
+	while (fp_rt_option_names[n_rt])
+		n_rt++;
+	all = calloc(n_own + n_rt + 1, sizeof(*all));
+	if (!all)
+		usage_error("out of memory");
+	memcpy(all, own_opts, n_own * sizeof(*all));
+	for (size_t i = 0; i < n_rt; i++)
+		all[n_own + i] = (struct option){ fp_rt_option_names[i], required_argument, NULL,
+						  OPT_RT_BASE + (int)i };
+	return all;
+}
+
+static void runtime_opt(struct kv_main *m, const char *name, const char *val)
+{
+	char err[256];
+
+	if (fp_rt_option(&m->rt, name, val, err, sizeof(err)) < 0)
+		usage_error("%s", err);
+	m->ip_set |= !strcmp(name, "ip");
+}
+
+static void parse(struct kv_main *m, int argc, char **argv)
+{
+	struct option *all = build_opts();
+	int c;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":p:U:l:m:Mc:t:I:f:n:LCFo:u:R:vVh", all, NULL)) != -1) {
+		const char *arg = argv[optind - 1];
+
+		if (c == '?') {
+			if (optopt && optopt < OPT_RT_BASE && arg[0] == '-' && arg[1] != '-')
+				usage_error("unknown option '-%c' (--help for usage)", optopt);
+			usage_error("unknown option '%s' (--help for usage)", arg);
+		}
+		if (c == ':')
+			usage_error("%s needs a value", arg);
+		if (c >= OPT_RT_BASE)
+			runtime_opt(m, fp_rt_option_names[c - OPT_RT_BASE], optarg);
+		else if (c == 't')
+			runtime_opt(m, "workers", optarg);
+		else
+			take_opt(m, c, optarg);
+	}
+	if (optind < argc)
+		usage_error("unexpected argument '%s'", argv[optind]);
+	free(all);
+	if (m->listen && !m->ip_set)
+		runtime_opt(m, "ip", m->listen);
+	if (m->store.item_max > m->store.mem_limit / 2)
+		usage_error("-I: cannot set item size limit higher than 1/2 of memory max (-m)");
+}
+
+/* ---- the run ---- */
+
+static void finish_config(struct kv_main *m)
+{
+	size_t pending = 2 * (size_t)m->store.item_max + (64u << 10);
+
+	m->store.n_workers = m->rt.n_workers;
+	m->set.maxbytes = m->store.mem_limit;
+	m->set.item_size_max = m->store.item_max;
+	m->set.chunk_size = m->store.chunk_min;
+	m->set.num_threads = m->rt.n_workers;
+	m->set.inter = m->listen;
+	m->ops = (struct fp_evl_ops){
+		.accept = kv_accept, .read = kv_read, .drained = kv_drained, .closed = kv_closed,
+		.init = kv_init, .fini = kv_fini, .poll = kv_poll,
+		/* the largest item always fits once the output has drained */
+		.max_pending = pending > KV_MIN_PENDING ? pending : KV_MIN_PENDING,
+		/* a multiget line must be shown whole */
+		.max_unread = KV_GET_LINE_MAX + KV_RBUF_SIZE,
+	};
+}
+
+int main(int argc, char **argv)
+{
+	static struct kv_main m;
+	struct kv_store *store;
+	struct fp_app app;
+	char err[256];
+	int rc;
+
+	defaults(&m);
+	parse(&m, argc, argv);
+	finish_config(&m);
+	store = kv_store_create(&m.store, err, sizeof(err));
+	if (!store) {
+		fprintf(stderr, "fp-kv: %s\n", err);
+		return 1;
+	}
+	{
+		int verbose = m.proto.verbose;
+
+		if (kv_proto_init(&m.proto, store, &m.set, m.rt.n_workers)) {
+			fprintf(stderr, "fp-kv: out of memory\n");
+			kv_store_destroy(store);
+			return 1;
+		}
+		m.proto.verbose = verbose;
+	}
+	m.proto.started_unix = (uint64_t)time(NULL);
+	fp_evl_app(&app, &m.ops, &m);
+	app.name = "fp-kv";
+	rc = fp_rt_run(&m.rt, &app);
+	kv_proto_fini(&m.proto);
+	kv_store_destroy(store);
+	return rc ? 1 : 0;
+}

@@ -1,1 +1,880 @@
-/* proto.c: (being written) */
+/* proto.c: memcached's text protocol for one connection: framing, tokens, the classic commands, values streamed into items. */
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+
+/*
+ * A connection is in one of three states (memcached's conn_parse_cmd, conn_nread,
+ * conn_swallow): reading a request line; copying a value into the item kv_alloc() gave
+ * (consumed as it arrives, whatever the split); discarding a value that had nowhere to
+ * go. Every answer string, every error and every decision to continue or close follows
+ * memcached 1.6.18's proto_text.c, checked against the real server: a malformed line
+ * gets its error and the next line is read; a value whose last two bytes are not CRLF
+ * gets "CLIENT_ERROR bad data chunk" and what follows it is read as commands; a value
+ * too large for the cache is swallowed, its length taken on trust, as memcached does.
+ */
+
+/* ---- numbers and tokens ---- */
+
+static bool is_space(char ch)
+{
+	return ch == ' ' || (ch >= '\t' && ch <= '\r');
+}
+
+/*
+ * The digits of one token as strtoull sees them: leading white space, a sign, decimal
+ * digits. false when there are no digits, when what follows them is neither the token's
+ * end nor white space (memcached's safe_strto* test), or on overflow (*@range).
+ */
+static bool num_scan(const char *s, size_t n, uint64_t *mag, bool *neg, bool *range)
+{
+	size_t i = 0, d0;
+	uint64_t v = 0;
+
+	*range = false;
+	while (i < n && is_space(s[i]))
+		i++;
+	*neg = i < n && s[i] == '-';
+	if (i < n && (s[i] == '-' || s[i] == '+'))
+		i++;
+	for (d0 = i; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+		unsigned dig = (unsigned)(s[i] - '0');
+
+		if (v > (UINT64_MAX - dig) / 10)
+			*range = true;
+		v = v * 10 + dig;
+	}
+	*mag = v;
+	if (i == d0)
+		return false;
+	return i == n || is_space(s[i]);
+}
+
+bool kv_strtoull(const char *s, size_t n, uint64_t *out)
+{
+	uint64_t mag, v;
+	bool neg, range;
+
+	*out = 0;
+	if (!num_scan(s, n, &mag, &neg, &range) || range)
+		return false;
+	v = neg ? (uint64_t)0 - mag : mag;
+	/* strtoull negates a '-' number; memcached refuses it only when the result looks
+	 * negative as a signed number. */
+	if ((int64_t)v < 0 && memchr(s, '-', n))
+		return false;
+	*out = v;
+	return true;
+}
+
+bool kv_strtoul(const char *s, size_t n, uint32_t *out)
+{
+	uint64_t v;
+	bool ok = kv_strtoull(s, n, &v);
+
+	*out = ok ? (uint32_t)v : 0;   /* unsigned long into uint32_t, as memcached */
+	return ok;
+}
+
+bool kv_strtol(const char *s, size_t n, int32_t *out)
+{
+	uint64_t mag;
+	bool neg, range;
+
+	*out = 0;
+	if (!num_scan(s, n, &mag, &neg, &range) || range)
+		return false;
+	if (mag > (uint64_t)INT64_MAX + (neg ? 1 : 0))
+		return false;                       /* ERANGE for a long */
+	*out = (int32_t)(uint32_t)(neg ? (uint64_t)0 - mag : mag);   /* long into int32_t */
+	return true;
+}
+
+size_t kv_tokenize(const char *line, size_t len, struct kv_tok *t, size_t max)
+{
+	size_t n = 0, s = 0, i;
+
+	for (i = 0; i < len; i++) {
+		if (line[i] != ' ')
+			continue;
+		if (s != i) {
+			t[n++] = (struct kv_tok){ line + s, i - s };
+			if (n == max - 1) {
+				s = ++i;
+				break;
+			}
+		}
+		s = i + 1;
+	}
+	if (s != i && i <= len)
+		t[n++] = (struct kv_tok){ line + s, i - s };
+	t[n++] = (struct kv_tok){ i < len ? line + i : NULL, 0 };
+	return n;
+}
+
+char *kv_utoa(uint64_t v, char *p)
+{
+	char tmp[24];
+	size_t n = 0;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	while (n)
+		*p++ = tmp[--n];
+	return p;
+}
+
+bool kv_tok_is(const struct kv_tok *t, const char *s)
+{
+	size_t n = strlen(s);
+
+	return t->len == n && !memcmp(t->p, s, n);
+}
+
+uint32_t kv_exptime(const struct kv_conn *c, int32_t t)
+{
+	return kv_realtime(c->p->store, t < 0 ? (int64_t)KV_REALTIME_MAXDELTA + 1 : t);
+}
+
+/* ---- output ---- */
+
+/* Room for one more piece and @extra arena bytes; false (and the connection closes) when
+ * memory runs out. */
+static bool stage_reserve(struct kv_conn *c, size_t extra)
+{
+	struct kv_stage *st = &c->stage;
+
+	if (st->n == st->cap) {
+		unsigned cap = st->cap ? st->cap * 2 : 16;
+		struct kv_piece *pc = realloc(st->pc, cap * sizeof(*pc));
+		struct iovec *iov = pc ? realloc(st->iov, cap * sizeof(*iov)) : NULL;
+
+		if (pc)
+			st->pc = pc;
+		if (!iov)
+			goto oom;
+		st->iov = iov;
+		st->cap = cap;
+	}
+	if (st->alen + extra > st->acap) {
+		size_t cap = (st->acap ? st->acap * 2 : 1024) + extra;
+		uint8_t *a = realloc(st->arena, cap);
+
+		if (!a)
+			goto oom;
+		st->arena = a;
+		st->acap = cap;
+	}
+	return true;
+oom:
+	c->closing = true;
+	return false;
+}
+
+static void stage_copy(struct kv_conn *c, const void *p, size_t n)
+{
+	struct kv_stage *st = &c->stage;
+
+	if (!n || !stage_reserve(c, n))
+		return;
+	/* contiguous with the last copied piece: extend it */
+	if (st->n && !st->pc[st->n - 1].ext &&
+	    st->pc[st->n - 1].off + st->pc[st->n - 1].len == st->alen)
+		st->pc[st->n - 1].len += n;
+	else
+		st->pc[st->n++] = (struct kv_piece){ NULL, st->alen, n };
+	memcpy(st->arena + st->alen, p, n);
+	st->alen += n;
+	st->bytes += n;
+}
+
+void kv_out_iov(struct kv_conn *c, const struct iovec *iov, unsigned n)
+{
+	if (c->noreply)
+		return;
+	for (unsigned i = 0; i < n; i++)
+		stage_copy(c, iov[i].iov_base, iov[i].iov_len);
+}
+
+void kv_out_value(struct kv_conn *c, const char *hdr, size_t hlen, const uint8_t *val,
+		  size_t vlen)
+{
+	struct kv_stage *st = &c->stage;
+
+	if (c->noreply)
+		return;
+	stage_copy(c, hdr, hlen);
+	if (vlen && stage_reserve(c, 0)) {
+		st->pc[st->n++] = (struct kv_piece){ val, 0, vlen };
+		st->bytes += vlen;
+	}
+	stage_copy(c, "\r\n", 2);
+}
+
+static void stage_reset(struct kv_conn *c)
+{
+	c->stage.n = 0;
+	c->stage.alen = 0;
+	c->stage.bytes = 0;
+}
+
+void kv_out_flush(struct kv_conn *c)
+{
+	struct kv_stage *st = &c->stage;
+	int rc;
+
+	c->reqs = 0;
+	if (st->n) {
+		for (unsigned i = 0; i < st->n; i++)
+			st->iov[i] = (struct iovec){ st->pc[i].ext ? (void *)st->pc[i].ext :
+						     st->arena + st->pc[i].off, st->pc[i].len };
+		/* room was checked before each answer was staged: a refusal here means the
+		 * connection is gone (or its transport out of buffers): it ends */
+		rc = c->out.write(c->out.arg, st->iov, st->n);
+		if (rc)
+			c->closing = true;
+		else
+			c->p->ws[c->w].bytes_written += st->bytes;
+		stage_reset(c);
+	}
+	/* This connection holds nothing of any item now, and the worker's other connections
+	 * flushed theirs when their reads ended: a quiescent state (QSBR), so what a long
+	 * pipeline replaces is reused before the round ends, not after. */
+	kv_store_quiesce(c->p->store, c->w);
+}
+
+/*
+ * memcached writes nothing while it reads a value or swallows one (conn_nread and
+ * conn_swallow do not flush), so answers staged before stay until the next flush point.
+ * Values cannot wait in their items past this round: copy them into the arena.
+ */
+static void stage_hold(struct kv_conn *c)
+{
+	struct kv_stage *st = &c->stage;
+	size_t ext = 0;
+
+	for (unsigned i = 0; i < st->n; i++)
+		ext += st->pc[i].ext ? st->pc[i].len : 0;
+	if (ext && !stage_reserve(c, ext))
+		return;                               /* closing: out of memory */
+	for (unsigned i = 0; i < st->n; i++) {
+		if (!st->pc[i].ext)
+			continue;
+		memcpy(st->arena + st->alen, st->pc[i].ext, st->pc[i].len);
+		st->pc[i] = (struct kv_piece){ NULL, st->alen, st->pc[i].len };
+		st->alen += st->pc[i].len;
+	}
+	kv_store_quiesce(c->p->store, c->w);   /* as in kv_out_flush */
+}
+
+void kv_out_cull(struct kv_conn *c)
+{
+	if (c->p->set.split_stable)
+		kv_out_flush(c);
+	else
+		stage_reset(c);
+}
+
+void kv_out_str(struct kv_conn *c, const char *s)
+{
+	struct iovec iov[2] = { { (void *)s, strlen(s) }, { (void *)"\r\n", 2 } };
+
+	kv_out_iov(c, iov, 2);
+}
+
+void kv_out_err(struct kv_conn *c, const char *s)
+{
+	c->noreply = false;
+	kv_out_str(c, s);
+}
+
+size_t kv_out_room(const struct kv_conn *c)
+{
+	size_t room = c->out.room(c->out.arg);
+
+	return room > c->stage.bytes ? room - c->stage.bytes : 0;
+}
+
+size_t kv_value_reserve(const struct kv_conn *c)
+{
+	return (size_t)c->p->set.item_size_max + KV_RESP_RESERVE;
+}
+
+/* ---- connections ---- */
+
+int kv_proto_init(struct kv_proto *p, struct kv_store *store, const struct kv_settings *set,
+		  unsigned n_workers)
+{
+	memset(p, 0, sizeof(*p));
+	p->store = store;
+	p->set = *set;
+	p->n_workers = n_workers ? n_workers : 1;
+	p->ws = aligned_alloc(64, sizeof(*p->ws) * p->n_workers);
+	if (!p->ws)
+		return -ENOMEM;
+	memset(p->ws, 0, sizeof(*p->ws) * p->n_workers);
+	return 0;
+}
+
+void kv_proto_fini(struct kv_proto *p)
+{
+	free(p->ws);
+	p->ws = NULL;
+}
+
+struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out *out)
+{
+	struct kv_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->p = p;
+	c->w = w < p->n_workers ? w : 0;
+	c->out = *out;
+	p->ws[c->w].curr_conns++;
+	p->ws[c->w].total_conns++;
+	return c;
+}
+
+void kv_conn_free(struct kv_conn *c)
+{
+	if (!c)
+		return;
+	if (c->nw)
+		kv_new_free(c->p->store, c->w, c->nw);
+	c->p->ws[c->w].curr_conns--;
+	free(c->stage.pc);
+	free(c->stage.iov);
+	free(c->stage.arena);
+	free(c);
+}
+
+bool kv_conn_closing(const struct kv_conn *c) { return c->closing; }
+bool kv_conn_blocked(const struct kv_conn *c) { return c->blocked; }
+
+void kv_expect_value(struct kv_conn *c, struct kv_new *n, uint32_t nbytes)
+{
+	c->nw = n;
+	c->want = nbytes + 2;
+	c->got = 0;
+	c->st = KV_ST_DATA;
+}
+
+void kv_swallow(struct kv_conn *c, uint64_t n)
+{
+	c->swallow = n;
+	c->st = n ? KV_ST_SWALLOW : KV_ST_LINE;
+}
+
+/* ---- the get family ---- */
+
+/* One hit: VALUE key flags bytes [cas], the value (room was checked). */
+static void get_emit(struct kv_conn *c, const struct kv_item_view *v, bool cas)
+{
+	char hdr[KV_KEY_MAX + 80], *p = hdr;
+
+	memcpy(p, "VALUE ", 6);
+	p += 6;
+	memcpy(p, v->key, v->nkey);
+	p += v->nkey;
+	*p++ = ' ';
+	p = kv_utoa(v->flags, p);
+	*p++ = ' ';
+	p = kv_utoa(v->nbytes, p);
+	if (cas) {
+		*p++ = ' ';
+		p = kv_utoa(v->cas, p);
+	}
+	*p++ = '\r';
+	*p++ = '\n';
+	kv_out_value(c, hdr, (size_t)(p - hdr), v->value, v->nbytes);
+}
+
+static bool get_lookup(struct kv_conn *c, const char *k, size_t nk, bool touch, uint32_t exp,
+		       struct kv_item_view *v)
+{
+	struct kv_wstats *ws = &c->p->ws[c->w];
+
+	if (touch) {
+		ws->cmd_touch++;
+		return kv_touch(c->p->store, c->w, k, nk, exp, v) == KV_TOUCHED;
+	}
+	ws->cmd_get++;
+	return kv_get(c->p->store, c->w, k, nk, v);
+}
+
+/* Next key of a get line from @*off; false at the end. */
+static bool next_key(const char *line, size_t len, size_t *off, const char **k, size_t *nk)
+{
+	size_t i = *off, s;
+
+	while (i < len && line[i] == ' ')
+		i++;
+	if (i == len)
+		return false;
+	for (s = i; i < len && line[i] != ' '; i++)
+		;
+	*k = line + s;
+	*nk = i - s;
+	*off = i;
+	return true;
+}
+
+/*
+ * A key longer than 250 anywhere in the line: memcached looks up the keys before it, then
+ * drops the answers it had built and says bad command line format. So do the lookups
+ * (their side effects: touch, LRU) and answer only the error.
+ */
+static bool get_prescan(struct kv_conn *c, const char *line, size_t len, size_t off, bool touch,
+			uint32_t exp)
+{
+	size_t o = off, nk;
+	const char *k;
+	struct kv_item_view v;
+	bool bad = false;
+
+	while (!bad && next_key(line, len, &o, &k, &nk))
+		bad = nk > KV_KEY_MAX;
+	if (!bad)
+		return true;
+	while (next_key(line, len, &off, &k, &nk) && nk <= KV_KEY_MAX)
+		get_lookup(c, k, nk, touch, exp, &v);
+	kv_out_cull(c);
+	kv_out_str(c, "CLIENT_ERROR bad command line format");
+	return false;
+}
+
+/* get, gets, gat, gats (and bget): false when stopped for room (the line stays). */
+static bool cmd_get(struct kv_conn *c, const char *line, size_t len, struct kv_tok *t, bool cas,
+		    bool touch)
+{
+	struct kv_item_view v;
+	uint32_t exp = 0;
+	int32_t e;
+	size_t off = c->get_resume, nk, at;
+	const char *k;
+
+	if (touch) {
+		if (!kv_strtol(t[1].p, t[1].len, &e)) {
+			kv_out_str(c, "CLIENT_ERROR invalid exptime argument");
+			return true;
+		}
+		exp = kv_exptime(c, e);
+	}
+	if (!off) {
+		off = (size_t)((touch ? t[1].p + t[1].len : t[0].p + t[0].len) - line);
+		if (!get_prescan(c, line, len, off, touch, exp))
+			return true;
+	}
+	/* Room for the largest value is checked before each lookup, so a lookup (with its
+	 * side effects: touch, LRU, stats) is never repeated when the output is full. */
+	for (at = off; next_key(line, len, &off, &k, &nk); at = off) {
+		if (kv_out_room(c) < kv_value_reserve(c)) {
+			c->get_resume = at;
+			return false;
+		}
+		if (get_lookup(c, k, nk, touch, exp, &v))
+			get_emit(c, &v, cas);
+	}
+	c->get_resume = 0;
+	kv_out_str(c, "END");
+	return true;
+}
+
+/* ---- storage commands ---- */
+
+static void store_failed(struct kv_conn *c, enum kv_result r, const char *k, size_t nk,
+			 bool unlink_old, uint64_t swallow)
+{
+	struct kv_wstats *ws = &c->p->ws[c->w];
+
+	if (r == KV_TOO_LARGE) {
+		ws->store_too_large++;
+		kv_out_str(c, "SERVER_ERROR object too large for cache");
+	} else {
+		ws->store_no_memory++;
+		kv_out_str(c, "SERVER_ERROR out of memory storing object");
+	}
+	/* memcached: a failed set must not leave the old value readable */
+	if (unlink_old)
+		kv_unlink(c->p->store, c->w, k, nk);
+	kv_swallow(c, swallow);
+}
+
+bool kv_set_noreply(struct kv_conn *c, const struct kv_tok *t, size_t nt)
+{
+	if (kv_tok_is(&t[nt - 2], "noreply"))
+		c->noreply = true;
+	return c->noreply;
+}
+
+/* set, add, replace, append, prepend, cas: the line; the value follows. */
+static void cmd_update(struct kv_conn *c, struct kv_tok *t, size_t nt, enum kv_set_mode mode)
+{
+	uint32_t flags;
+	int32_t exp, vlen;
+	uint64_t cas = 0;
+	enum kv_result r;
+	struct kv_new *n;
+
+	kv_set_noreply(c, t, nt);
+	if (t[1].len > KV_KEY_MAX ||
+	    !(kv_strtoul(t[2].p, t[2].len, &flags) && kv_strtol(t[3].p, t[3].len, &exp) &&
+	      kv_strtol(t[4].p, t[4].len, &vlen)) ||
+	    (mode == KV_CAS && !kv_strtoull(t[5].p, t[5].len, &cas)) ||
+	    vlen < 0 || vlen > INT_MAX - 2) {
+		kv_out_str(c, "CLIENT_ERROR bad command line format");
+		return;
+	}
+	n = kv_alloc(c->p->store, c->w, t[1].p, t[1].len, flags, kv_exptime(c, exp),
+		     (uint32_t)vlen, &r);
+	if (!n) {
+		store_failed(c, r, t[1].p, t[1].len, mode == KV_SET, (uint64_t)vlen + 2);
+		return;
+	}
+	c->mode = mode;
+	c->cas_in = cas;
+	c->meta_set = false;
+	kv_expect_value(c, n, (uint32_t)vlen);
+}
+
+/* The value is in: memcached's complete_nread_ascii. */
+static void value_done(struct kv_conn *c)
+{
+	const uint8_t *d = kv_new_data(c->nw);
+	uint32_t nb = c->want - 2;
+	uint64_t cas = 0;
+	enum kv_result r;
+
+	c->st = KV_ST_LINE;
+	c->p->ws[c->w].cmd_set++;
+	if (d[nb] != '\r' || d[nb + 1] != '\n') {
+		kv_new_free(c->p->store, c->w, c->nw);
+		c->nw = NULL;
+		if (c->meta_set)
+			c->noreply = false;
+		kv_out_str(c, "CLIENT_ERROR bad data chunk");
+		return;
+	}
+	r = kv_store_item(c->p->store, c->w, c->nw, c->mode, c->cas_in, &cas);
+	c->nw = NULL;
+	if (c->meta_set) {
+		kv_meta_set_done(c, r, cas);
+		return;
+	}
+	switch (r) {
+	case KV_STORED: kv_out_str(c, "STORED"); break;
+	case KV_EXISTS: kv_out_str(c, "EXISTS"); break;
+	case KV_NOT_FOUND: kv_out_str(c, "NOT_FOUND"); break;
+	default: kv_out_str(c, "NOT_STORED"); break;   /* append's copy found no memory */
+	}
+}
+
+/* ---- the other classic commands ---- */
+
+static void cmd_arith(struct kv_conn *c, struct kv_tok *t, size_t nt, bool incr)
+{
+	char buf[24];
+	uint64_t delta, v;
+
+	kv_set_noreply(c, t, nt);
+	if (t[1].len > KV_KEY_MAX) {
+		kv_out_str(c, "CLIENT_ERROR bad command line format");
+		return;
+	}
+	if (!kv_strtoull(t[2].p, t[2].len, &delta)) {
+		kv_out_str(c, "CLIENT_ERROR invalid numeric delta argument");
+		return;
+	}
+	switch (kv_arith(c->p->store, c->w, t[1].p, t[1].len, incr, delta, &v, NULL)) {
+	case KV_NOT_FOUND:
+		kv_out_str(c, "NOT_FOUND");
+		break;
+	case KV_NON_NUMERIC:
+		kv_out_str(c, "CLIENT_ERROR cannot increment or decrement non-numeric value");
+		break;
+	case KV_NO_MEMORY:
+	case KV_TOO_LARGE:
+		kv_out_str(c, "SERVER_ERROR out of memory");
+		break;
+	default:
+		*kv_utoa(v, buf) = '\0';
+		kv_out_str(c, buf);
+	}
+}
+
+static void cmd_delete(struct kv_conn *c, struct kv_tok *t, size_t nt)
+{
+	if (nt > 3) {
+		bool zero = kv_tok_is(&t[2], "0"), nr = kv_set_noreply(c, t, nt);
+
+		if (!((nt == 4 && (zero || nr)) || (nt == 5 && zero && nr))) {
+			kv_out_str(c, "CLIENT_ERROR bad command line format.  "
+				      "Usage: delete <key> [noreply]");
+			return;
+		}
+	}
+	if (t[1].len > KV_KEY_MAX) {
+		kv_out_str(c, "CLIENT_ERROR bad command line format");
+		return;
+	}
+	if (kv_delete(c->p->store, c->w, t[1].p, t[1].len, 0) == KV_DELETED)
+		kv_out_str(c, "DELETED");
+	else
+		kv_out_str(c, "NOT_FOUND");
+}
+
+static void cmd_touch(struct kv_conn *c, struct kv_tok *t, size_t nt)
+{
+	int32_t e;
+
+	kv_set_noreply(c, t, nt);
+	if (t[1].len > KV_KEY_MAX) {
+		kv_out_str(c, "CLIENT_ERROR bad command line format");
+		return;
+	}
+	if (!kv_strtol(t[2].p, t[2].len, &e)) {
+		kv_out_str(c, "CLIENT_ERROR invalid exptime argument");
+		return;
+	}
+	c->p->ws[c->w].cmd_touch++;
+	if (kv_touch(c->p->store, c->w, t[1].p, t[1].len, kv_exptime(c, e), NULL) == KV_TOUCHED)
+		kv_out_str(c, "TOUCHED");
+	else
+		kv_out_str(c, "NOT_FOUND");
+}
+
+/* ---- dispatch: memcached's process_command_ascii ---- */
+
+/* Token-count checks of memcached's WANT_TOKENS*: false after answering ERROR. */
+bool kv_want(struct kv_conn *c, size_t nt, size_t lo, size_t hi)
+{
+	if (nt >= lo && nt <= hi)
+		return true;
+	kv_out_str(c, "ERROR");
+	return false;
+}
+
+bool kv_want_or(struct kv_conn *c, size_t nt, size_t a, size_t b)
+{
+	if (nt == a || nt == b)
+		return true;
+	kv_out_str(c, "ERROR");
+	return false;
+}
+
+static bool dispatch_update(struct kv_conn *c, struct kv_tok *t, size_t nt)
+{
+	static const struct { const char *name; enum kv_set_mode mode; } cmds[] = {
+		{ "set", KV_SET }, { "add", KV_ADD }, { "append", KV_APPEND },
+		{ "replace", KV_REPLACE }, { "prepend", KV_PREPEND }, { "cas", KV_CAS },
+	};
+
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		if (!kv_tok_is(&t[0], cmds[i].name))
+			continue;
+		if (cmds[i].mode == KV_CAS ? kv_want_or(c, nt, 7, 8) : kv_want_or(c, nt, 6, 7))
+			cmd_update(c, t, nt, cmds[i].mode);
+		return true;
+	}
+	return false;
+}
+
+/* The commands other than gets, storage and administration; false if @t[0] is none. */
+static bool dispatch_misc(struct kv_conn *c, struct kv_tok *t, size_t nt)
+{
+	if (kv_tok_is(&t[0], "incr") || kv_tok_is(&t[0], "decr")) {
+		if (kv_want_or(c, nt, 4, 5))
+			cmd_arith(c, t, nt, t[0].p[0] == 'i');
+	} else if (kv_tok_is(&t[0], "delete")) {
+		if (kv_want(c, nt, 3, 5))
+			cmd_delete(c, t, nt);
+	} else if (kv_tok_is(&t[0], "touch")) {
+		if (kv_want_or(c, nt, 4, 5))
+			cmd_touch(c, t, nt);
+	} else if (kv_tok_is(&t[0], "quit")) {
+		kv_out_flush(c);
+		c->closing = true;
+	} else {
+		return kv_admin_command(c, t, nt);
+	}
+	return true;
+}
+
+/* One request line; false when it must be shown again (no output room). */
+static bool process_line(struct kv_conn *c, const char *line, size_t len)
+{
+	struct kv_tok t[KV_MAX_TOKENS];
+	size_t nt = kv_tokenize(line, len, t, KV_MAX_TOKENS);
+	char first;
+
+	if (nt < 2 || t[0].len < 2) {
+		kv_out_str(c, "ERROR");
+		return true;
+	}
+	first = t[0].p[0];
+	if (first == 'm' && t[0].len == 2) {
+		return kv_meta_command(c, t, nt);
+	} else if (first == 'g' || kv_tok_is(&t[0], "bget")) {
+		bool cas = kv_tok_is(&t[0], "gets") || kv_tok_is(&t[0], "gats");
+		bool touch = kv_tok_is(&t[0], "gat") || kv_tok_is(&t[0], "gats");
+
+		if (!kv_want(c, nt, 3, SIZE_MAX))
+			return true;
+		if (cas || touch || kv_tok_is(&t[0], "get") || kv_tok_is(&t[0], "bget"))
+			return cmd_get(c, line, len, t, cas, touch);
+		kv_out_str(c, "ERROR");
+	} else if (kv_tok_is(&t[0], "stats")) {
+		return kv_stats_command(c, t, nt);
+	} else if (!dispatch_update(c, t, nt) && !dispatch_misc(c, t, nt)) {
+		/* memcached hangs up on what looks like HTTP, only here, after every
+		 * command it knows; anything else unknown is an ERROR */
+		if (!strchr("sacidt", first) && t[nt - 2].len >= 5 &&
+		    !memcmp(t[nt - 2].p, "HTTP/", 5)) {
+			kv_out_cull(c);
+			c->closing = true;
+		} else {
+			kv_out_str(c, "ERROR");
+		}
+	}
+	return true;
+}
+
+/* ---- framing ---- */
+
+enum kv_frame { KV_FRAME_READY, KV_FRAME_NEED_MORE, KV_FRAME_CLOSE };
+
+/* A line with no '\n' yet, past KV_LINE_MAX: only a get or gets may wait for more
+ * (memcached's large multiget exception, after at most 100 leading spaces). */
+static bool may_grow(const uint8_t *d, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len && d[i] == ' ')
+		i++;
+	if (i > 100)
+		return false;
+	return (len - i >= 4 && !memcmp(d + i, "get ", 4)) ||
+	       (len - i >= 5 && !memcmp(d + i, "gets ", 5));
+}
+
+/* '\n' in d[from, to), as an offset; -1 if none. */
+static ptrdiff_t find_nl(const uint8_t *d, size_t from, size_t to)
+{
+	const uint8_t *nl = from < to ? memchr(d + from, '\n', to - from) : NULL;
+
+	return nl ? nl - d : -1;
+}
+
+/* Where the line at @d ends ('\n' at *@eol), or what to do without one; d[0, @from) is
+ * known to hold no '\n' (a line seen before, shown again with more). Pure. */
+static enum kv_frame frame_line(const uint8_t *d, size_t len, size_t from, size_t *eol,
+			       bool stable)
+{
+	size_t win = len < KV_RBUF_SIZE ? len : KV_RBUF_SIZE;
+	ptrdiff_t nl;
+
+	if (stable && win > KV_LINE_MAX + 1)
+		win = KV_LINE_MAX + 1;
+	nl = find_nl(d, from, win);
+	if (nl < 0 && len > KV_LINE_MAX) {
+		if (!may_grow(d, len))
+			return KV_FRAME_CLOSE;
+		nl = find_nl(d, from > win ? from : win, len < KV_GET_LINE_MAX ? len : KV_GET_LINE_MAX);
+		if (nl < 0 && len >= KV_GET_LINE_MAX)
+			return KV_FRAME_CLOSE;
+	}
+	if (nl < 0)
+		return KV_FRAME_NEED_MORE;
+	*eol = (size_t)nl;
+	return KV_FRAME_READY;
+}
+
+/* KV_ST_LINE: returns bytes consumed (0: need more, or blocked/closing). */
+static size_t feed_line(struct kv_conn *c, const uint8_t *d, size_t len)
+{
+	size_t eol, n;
+	const uint8_t *nul;
+
+	switch (frame_line(d, len, c->scanned, &eol, c->p->set.split_stable)) {
+	case KV_FRAME_NEED_MORE:
+		c->scanned = len;
+		return 0;
+	case KV_FRAME_CLOSE:
+		c->p->ws[c->w].conn_closed_bad++;
+		kv_out_cull(c);
+		c->closing = true;
+		return 0;
+	default:
+		break;
+	}
+	if (kv_out_room(c) < KV_RESP_RESERVE) {
+		c->blocked = true;
+		return 0;
+	}
+	c->scanned = 0;
+	n = eol > 1 && d[eol - 1] == '\r' ? eol - 1 : eol;
+	if ((nul = memchr(d, '\0', n)))            /* memcached's strlen() */
+		n = (size_t)(nul - d);
+	c->noreply = false;
+	if (!process_line(c, (const char *)d, n)) {
+		c->blocked = true;
+		return 0;
+	}
+	if (++c->reqs >= KV_REQS_PER_EVENT)
+		kv_out_flush(c);
+	return eol + 1;
+}
+
+/* KV_ST_DATA: copy what has come of the value into its item. */
+static size_t feed_data(struct kv_conn *c, const uint8_t *d, size_t len)
+{
+	size_t n = c->want - c->got;
+
+	if (n > len)
+		n = len;
+	memcpy(kv_new_data(c->nw) + c->got, d, n);
+	c->got += (uint32_t)n;
+	if (c->got == c->want)
+		value_done(c);
+	return n;
+}
+
+size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)
+{
+	size_t pos = 0, n;
+
+	c->blocked = false;
+	while (pos < len && !c->closing && !c->blocked) {
+		switch (c->st) {
+		case KV_ST_LINE:
+			n = feed_line(c, data + pos, len - pos);
+			break;
+		case KV_ST_DATA:
+			n = feed_data(c, data + pos, len - pos);
+			break;
+		default:
+			n = len - pos < c->swallow ? len - pos : (size_t)c->swallow;
+			kv_swallow(c, c->swallow - n);
+			break;
+		}
+		if (!n && c->st == KV_ST_LINE)
+			break;
+		pos += n;
+		/* answers (and memory reuse) must not depend on where reads fall */
+		if (c->p->set.split_stable)
+			kv_out_flush(c);
+	}
+	if (c->st == KV_ST_LINE || c->closing || c->p->set.split_stable)
+		kv_out_flush(c);
+	else
+		stage_hold(c);
+	c->p->ws[c->w].bytes_read += pos;
+	return pos;
+}

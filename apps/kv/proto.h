@@ -1,0 +1,228 @@
+/* proto.h: fp-kv's connection-level protocol: one connection's state, fed bytes, answering through an output callback. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "kv.h"
+
+/*
+ * The memcached text and meta protocols as memcached 1.6.18 speaks them, runtime-free so
+ * a test or a fuzzer drives a connection by hand:
+ *
+ *   struct kv_conn *c = kv_conn_new(proto, worker, &out);
+ *   used = kv_conn_feed(c, bytes, len);   // the rest is shown again later, with more
+ *
+ * feed() consumes what it has acted on and leaves the rest: an incomplete request line,
+ * or a request it cannot answer yet because the output has no room (kv_conn_blocked();
+ * the caller shows the same bytes again once the output has drained). A value is copied
+ * into its item as it arrives and consumed, never buffered whole in the connection.
+ *
+ * Framing follows memcached's read loop (memcached.c, try_read_command_ascii): a request
+ * line ends at '\n' (one '\r' before it is dropped) and stops at a NUL byte; a request
+ * whose line shows no '\n' within KV_LINE_MAX bytes closes the connection, except a
+ * get/gets, whose line may grow to KV_GET_LINE_MAX. Like memcached's, that decision is
+ * taken on the bytes available when it is fed (memcached: one read), so a line between
+ * KV_LINE_MAX and KV_RBUF_SIZE bytes is served when it arrives whole.
+ */
+
+#define KV_LINE_MAX      2048              /* memcached: no '\n' in 2 KiB read: close */
+#define KV_RBUF_SIZE     16384             /* memcached's read buffer: a line must show
+					    * its '\n' within this many bytes */
+#define KV_GET_LINE_MAX  (1u << 20)        /* a multiget line (memcached: unbounded) */
+#define KV_RESP_RESERVE  2048              /* output room any one-line answer fits in */
+#define KV_VERSION       "1.6.18"          /* what version and stats report */
+
+/* The connection's output. write() takes the @n pieces whole or not at all: 0, -ENOBUFS
+ * (nothing written) or -EPIPE (gone: the connection stops). room() is how many bytes
+ * write() would take now; feed() asks before any command that changes the store, so an
+ * answer never waits behind its own side effect. */
+struct kv_out {
+	int (*write)(void *arg, const struct iovec *iov, unsigned n);
+	size_t (*room)(void *arg);
+	void *arg;
+};
+
+/* What stats settings reports and the protocol obeys; main.c fills it from the command line. */
+struct kv_settings {
+	uint64_t maxbytes;
+	unsigned maxconns;
+	uint16_t tcpport, udpport;
+	const char *inter;           /* -l, or NULL */
+	double factor;
+	unsigned chunk_size;
+	unsigned num_threads;
+	bool use_cas, evict;
+	uint32_t item_size_max;
+	unsigned hashpower_init;
+	bool flush_enabled;
+	/* Tests and fuzzing: answers that do not depend on how the input was split. A line
+	 * must show its '\n' within KV_LINE_MAX + 1 bytes (memcached decides on whatever one
+	 * read brought); answers are never dropped (memcached drops those of the current
+	 * batch when a get names a too-long key or when it hangs up) nor held while a value
+	 * arrives (memcached writes nothing in conn_nread and conn_swallow). */
+	bool split_stable;
+};
+
+/* Per-worker counters (plain, summed when stats reads them). */
+struct kv_wstats {
+	uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta;
+	uint64_t store_too_large, store_no_memory, bytes_read, bytes_written;
+	uint64_t curr_conns, total_conns, conn_closed_bad;
+} __attribute__((aligned(64)));
+
+/* Server-wide: the store, the settings, the counters of every worker. */
+struct kv_proto {
+	struct kv_store *store;
+	struct kv_settings set;
+	int verbose;                 /* -v count; the verbosity command sets it (racy by design:
+				      * a log level) */
+	uint64_t started_unix;       /* process start, for stats time and uptime */
+	unsigned n_workers;
+	struct kv_wstats *ws;        /* n_workers of them */
+};
+
+/* 0 or -errno (ENOMEM). @store is borrowed. */
+int kv_proto_init(struct kv_proto *p, struct kv_store *store, const struct kv_settings *set,
+		  unsigned n_workers);
+void kv_proto_fini(struct kv_proto *p);
+
+struct kv_conn;
+
+/* A connection served by worker @w; NULL on ENOMEM. @out is copied. */
+struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out *out);
+/* Gives back a value still being received. */
+void kv_conn_free(struct kv_conn *c);
+
+/* Act on @data; returns bytes consumed (see above). */
+size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len);
+
+/* The connection must end: quit (after what was written), or memcached's closing
+ * errors (a line too long, an HTTP request). feed() consumes nothing more. */
+bool kv_conn_closing(const struct kv_conn *c);
+/* feed() stopped for want of output room; show the rest again once it drains. */
+bool kv_conn_blocked(const struct kv_conn *c);
+
+/* ---- shared by proto.c, meta.c and stats.c ---- */
+
+#define KV_MAX_TOKENS 24        /* memcached's MAX_TOKENS: 23 and the rest */
+
+/* A token of a request line; the terminal token (len 0) has p = the unsplit rest, or
+ * NULL when the line was split whole. */
+struct kv_tok {
+	const char *p;
+	size_t len;
+};
+
+/* Split @line on spaces as memcached's tokenize_command; returns tokens + the terminal. */
+size_t kv_tokenize(const char *line, size_t len, struct kv_tok *t, size_t max);
+
+/* memcached's safe_strto* on one token (as if NUL-terminated where it ends): leading
+ * white space, a sign, decimal digits, then the end or white space. The 32-bit forms
+ * truncate the 64-bit result as memcached's do. */
+bool kv_strtoull(const char *s, size_t n, uint64_t *out);
+bool kv_strtoul(const char *s, size_t n, uint32_t *out);
+bool kv_strtol(const char *s, size_t n, int32_t *out);
+
+/* base64 as memcached's (hostap's): decode skips bytes outside the alphabet; 0 = error. */
+size_t kv_b64_decode(const char *src, size_t len, uint8_t *out, size_t outlen);
+size_t kv_b64_encode(const uint8_t *src, size_t len, char *out, size_t outlen);
+
+/* The connection as meta.c and stats.c see it. */
+enum kv_cstate { KV_ST_LINE, KV_ST_DATA, KV_ST_SWALLOW };
+
+#define KV_REQS_PER_EVENT 20    /* memcached's reqs_per_event: answers leave in batches */
+
+/*
+ * Answers since the last flush point, as memcached keeps them in response objects until
+ * it writes: short lines copied into @arena, values pointing into their items (valid
+ * within one feed(): a worker only quiesces between rounds). memcached drops the answers
+ * not yet written when a get names a key longer than 250 bytes or when it hangs up, so
+ * this server does too; the stage is written at the end of every feed().
+ */
+struct kv_piece {
+	const uint8_t *ext;          /* NULL: @off into the arena */
+	size_t off, len;
+};
+
+struct kv_stage {
+	struct kv_piece *pc;
+	struct iovec *iov;           /* built at flush, @cap of them */
+	unsigned n, cap;
+	uint8_t *arena;
+	size_t alen, acap;
+	size_t bytes;                /* staged answer bytes */
+};
+
+#define KV_META_RESP_MAX 1024   /* memcached's WRITE_BUFFER_SIZE: one meta status line */
+
+struct kv_conn {
+	struct kv_proto *p;
+	unsigned w;
+	struct kv_out out;
+	enum kv_cstate st;
+	bool noreply;                /* this command's answer is skipped */
+	bool closing, blocked;
+	/* KV_ST_DATA: the value arriving into @nw */
+	struct kv_new *nw;
+	uint32_t want, got;          /* value + CRLF bytes expected, received */
+	enum kv_set_mode mode;
+	uint64_t cas_in;
+	bool meta_set;               /* ms: answer with @ms_flags */
+	bool ms_key_binary;
+	char ms_flags[KV_META_RESP_MAX / 2];  /* ms return flags in request order */
+	size_t ms_flags_len;
+	uint8_t ms_key[KV_KEY_MAX];
+	uint8_t mkey[KV_KEY_MAX + 1];  /* a meta command's key decoded from base64 */
+	uint8_t ms_nkey;
+	/* KV_ST_SWALLOW */
+	uint64_t swallow;
+	/* a multiget stopped for room: where its next key starts in the line */
+	size_t get_resume;
+	size_t scanned;              /* bytes of the pending line known to hold no '\n' */
+	unsigned reqs;               /* commands since the last flush point */
+	struct kv_stage stage;
+};
+
+/* Stage @n pieces (copied) as one answer unless noreply. */
+void kv_out_iov(struct kv_conn *c, const struct iovec *iov, unsigned n);
+/* Stage an answer whose value stays in its item: @hdr (copied), the value, CRLF. */
+void kv_out_value(struct kv_conn *c, const char *hdr, size_t hlen, const uint8_t *val,
+		  size_t vlen);
+/* Write what is staged (a flush point); drop it (memcached's conn_release_items). */
+void kv_out_flush(struct kv_conn *c);
+void kv_out_cull(struct kv_conn *c);
+/* Output room now; the room a value answer may need (the largest item and its line). */
+size_t kv_out_room(const struct kv_conn *c);
+size_t kv_value_reserve(const struct kv_conn *c);
+/* One line with CRLF (memcached's out_string: skipped under noreply). */
+void kv_out_str(struct kv_conn *c, const char *s);
+/* As kv_out_str, shown even under noreply (memcached's out_errstring). */
+void kv_out_err(struct kv_conn *c, const char *s);
+/* The value of an allocated item arrives next: enter KV_ST_DATA. */
+void kv_expect_value(struct kv_conn *c, struct kv_new *n, uint32_t nbytes);
+/* Discard the next @n bytes (memcached's conn_swallow). */
+void kv_swallow(struct kv_conn *c, uint64_t n);
+/* memcached's realtime(EXPTIME_TO_POSITIVE_TIME(t)). */
+uint32_t kv_exptime(const struct kv_conn *c, int32_t t);
+/* The number as memcached's itoa: returns the end. */
+char *kv_utoa(uint64_t v, char *p);
+
+/* memcached's noreply (the last token), token-count checks that answer ERROR, a token
+ * equal to @s. */
+bool kv_set_noreply(struct kv_conn *c, const struct kv_tok *t, size_t nt);
+bool kv_want(struct kv_conn *c, size_t nt, size_t lo, size_t hi);
+bool kv_want_or(struct kv_conn *c, size_t nt, size_t a, size_t b);
+bool kv_tok_is(const struct kv_tok *t, const char *s);
+
+/* meta.c: mg, ms, md, ma, mn, me (@t: the line's tokens); false when stopped for output
+ * room before acting (the line is shown again). */
+bool kv_meta_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
+/* stats.c: flush_all, version, verbosity, cache_memlimit, shutdown; false if none. */
+bool kv_admin_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
+/* stats.c: stats [sub]; false when the answer waits for output room. */
+bool kv_stats_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
+/* The value line for ms once its data is in: mirrors memcached's _finalize_mset. */
+void kv_meta_set_done(struct kv_conn *c, enum kv_result r, uint64_t cas);

@@ -1,0 +1,813 @@
+"""fp-kv (issue 6) against memcached 1.6: conformance, real clients, eviction, concurrency.
+
+1. Differential conformance (kvdiff.py, scripts in kv_script/): each script goes to a fresh
+   memcached and a fresh fp-kv started with the same flags (the script's @flags: -m, -I, -M,
+   -t 1); every response must be byte-identical except the VERSION value and STAT values
+   (names are checked, see kvdiff.py). On the kernel transport over loopback, and as root
+   with fp-kv on AF_XDP in a network namespace (memcached in the same namespace on the
+   kernel's address of the same veth, the client in the other namespace).
+2. Real clients: a pymemcache session (its ordinary API) and libmemcached's memccapable -a
+   (the ascii tests; -b is the binary protocol, not ours) against fp-kv on both transports;
+   every test that passes against memcached must pass against fp-kv.
+3. Eviction: fp-kv -m 16 filled with 4x that much; its resident memory stays within the limit
+   plus a stated overhead, the recently set and recently read keys survive, the oldest go,
+   and `stats` counts evictions.
+4. Concurrency: fp-kv -t 2 on two cores, client threads hammering shared keys with incr,
+   append, cas loops, add races and whole-value overwrites; the final state must be the
+   one a linearisable store gives.
+
+Binaries: fp-kv from FP_BUILD_DIR (conftest.py; required: the tests fail without it),
+memcached and memccapable from PATH (scripts/bootstrap installs them; required too).
+
+    FP_BUILD_DIR=build/release .venv/bin/python -m pytest tests/integration/test_kv.py
+"""
+import json
+import os
+import pathlib
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tools"))
+import kvdiff  # noqa: E402
+from netns import Topo  # noqa: E402
+
+SCRIPTS = kvdiff.default_scripts()
+TAG = f"fpk{os.getpid() % 10000}"
+XDP_PORT = 11311
+need_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, veth, AF_XDP)")
+
+
+# ---- binaries and servers ----------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def fpkv(build_dir):
+    exe = build_dir / "apps" / "kv" / "fp-kv"
+    if not exe.exists():
+        pytest.fail(f"no fp-kv at {exe}: build it (ninja -C {build_dir} apps/kv/fp-kv)")
+    return str(exe)
+
+
+def _tool(name):
+    path = shutil.which(name) or (f"/usr/bin/{name}" if os.path.exists(f"/usr/bin/{name}") else None)
+    if not path:
+        pytest.fail(f"{name} is not installed (scripts/bootstrap installs it)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def memcached():
+    return _tool("memcached")
+
+
+@pytest.fixture(scope="session")
+def memccapable():
+    return _tool("memccapable")
+
+
+def fpkv_kernel(exe):
+    """fp-kv on the kernel transport, on loopback (kvdiff.Server adds -p and the flags)."""
+    return [exe, "--net", "kernel", "-l", "127.0.0.1", "-U", "0", "--stats", "none"]
+
+
+def memcached_cmd(exe):
+    return [exe, "-l", "127.0.0.1", "-U", "0"]
+
+
+class Started:
+    """kvdiff.Server as a context manager: stopped (and reaped) whatever happens; a server
+    that died before the end fails the test."""
+
+    def __init__(self, cmd, flags=()):
+        self.srv = kvdiff.Server(cmd, flags)
+
+    def __enter__(self):
+        return self.srv
+
+    def __exit__(self, *exc):
+        gone = self.srv.problem()
+        rc = self.srv.stop()
+        if exc[0] is None:
+            assert not gone, f"server died: {gone}"
+            assert rc == 0, f"server exit status {rc} after SIGTERM"
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+class Conn:
+    """A minimal memcached text-protocol client (no retries, no hiding)."""
+
+    def __init__(self, host, port, timeout=20):
+        self.s = socket.create_connection((host, port), timeout=timeout)
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def close(self):
+        self.s.close()
+
+    def _fill(self):
+        chunk = self.s.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buf += chunk
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        ln, self.buf = self.buf.split(b"\r\n", 1)
+        return ln
+
+    def exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def cmd(self, line):
+        self.s.sendall(line + b"\r\n")
+        return self.line()
+
+    def store(self, verb, key, value, extra=b""):
+        self.s.sendall(b"%s %s 0 0 %d%s\r\n%s\r\n" % (verb, key, len(value), extra, value))
+        return self.line()
+
+    def get_multi(self, keys, verb=b"get"):
+        self.s.sendall(verb + b" " + b" ".join(keys) + b"\r\n")
+        out = {}
+        while True:
+            ln = self.line()
+            if ln == b"END":
+                return out
+            w = ln.split(b" ")
+            assert w[0] == b"VALUE", ln
+            data = self.exact(int(w[3]) + 2)[:-2]
+            out[w[1]] = (data, int(w[4])) if len(w) > 4 else data
+
+    def get(self, key):
+        return self.get_multi([key]).get(key)
+
+    def gets(self, key):
+        return self.get_multi([key], b"gets").get(key)
+
+    def sync(self, data):
+        """Send @data (noreply commands) and wait until the server has processed it."""
+        self.s.sendall(data + b"mn\r\n")
+        ln = self.line()
+        assert ln == b"MN", ln
+
+    def stats(self, group=b""):
+        self.s.sendall(b"stats" + (b" " + group if group else b"") + b"\r\n")
+        out = {}
+        while True:
+            ln = self.line()
+            if ln == b"END":
+                return out
+            _, name, value = ln.decode().split(" ", 2)
+            out[name] = value
+
+
+# ---- 1. differential conformance ----------------------------------------------------------
+
+def mismatch_report(res):
+    lines = []
+    for name, ms in res.items():
+        for m in ms[:15]:
+            lines.append(str(m))
+        if len(ms) > 15:
+            lines.append(f"... and {len(ms) - 15} more in {name}")
+    return "\n".join(lines)
+
+
+def test_kvdiff_sees_differences(memcached):
+    """The harness itself: memcached against memcached with CAS off (-C) must not pass."""
+    res = kvdiff.diff_scripts([kvdiff.SCRIPT_DIR / "60_races.txt"],
+                              start_a=memcached_cmd(memcached),
+                              start_b=memcached_cmd(memcached) + ["-C"], out=None)
+    ms = res["60_races.txt"]
+    assert ms, "kvdiff found no difference between memcached and memcached -C"
+    assert any(b"VALUE r 0 1 0\r\n" in m.b.raw() for m in ms if hasattr(m, "b")), \
+        mismatch_report(res)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_conformance_kernel(fpkv, memcached, script):
+    res = kvdiff.diff_scripts([script], start_a=memcached_cmd(memcached),
+                              start_b=fpkv_kernel(fpkv), out=None)
+    assert not res[script.name], "fp-kv (kernel) differs from memcached:\n" + mismatch_report(res)
+
+
+@pytest.fixture(scope="module")
+def topo():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (netns, veth, AF_XDP)")
+    t = Topo(TAG)
+    t.up()
+    try:
+        yield t
+    finally:
+        t.down()
+
+
+class NsServer:
+    """A server in a namespace; stdout discarded, stderr kept in a file for failures."""
+
+    def __init__(self, topo, ns, argv):
+        self.err = tempfile.TemporaryFile()
+        self.argv = [str(a) for a in argv]
+        self.p = topo.popen(ns, self.argv, stdout=subprocess.DEVNULL, stderr=self.err,
+                            text=False, start_new_session=True)
+
+    def stderr(self):
+        self.err.seek(0)
+        return self.err.read().decode(errors="replace")
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()    # SIGTERM: both exit 0 on it (SIGINT may be ignored when
+            try:                  # the tests run in the background)
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        rc = self.p.returncode
+        self.err.close()
+        return rc
+
+
+WAIT_READY = r"""
+import socket, sys, time
+deadline = time.time() + float(sys.argv[1])
+for addr in sys.argv[2:]:
+    host, port = addr.rsplit(":", 1)
+    while True:
+        try:
+            socket.create_connection((host, int(port)), 1).close()
+            break
+        except OSError:
+            if time.time() > deadline:
+                sys.exit("nothing accepts on " + addr)
+            time.sleep(0.1)
+"""
+
+
+class XdpPair:
+    """memcached (kernel address) and fp-kv (AF_XDP address) in the server namespace, with
+    the same flags; stopped on exit."""
+
+    def __init__(self, topo, fpkv, memcached, flags):
+        self.topo = topo
+        self.a = f"{topo.srv_ip}:{XDP_PORT}"
+        self.b = f"{topo.fp_srv_ip}:{XDP_PORT}"
+        self.servers = []
+        try:
+            self.servers.append(NsServer(topo, topo.srv_ns, [
+                memcached, "-u", "root", "-U", "0", "-l", topo.srv_ip, "-p", XDP_PORT, *flags]))
+            self.servers.append(NsServer(topo, topo.srv_ns, [
+                fpkv, "-p", XDP_PORT, "-U", "0", *flags, "--net", "xdp", "--if", topo.srv_if,
+                "--ip", f"{topo.fp_srv_ip}/24", "--cores", "0", "--stats", "none"]))
+            r = topo.sh(topo.cli_ns, sys.executable, "-c", WAIT_READY, "20", self.a, self.b,
+                        check=False, timeout=60)
+            if r.returncode != 0:
+                raise AssertionError(f"servers not ready: {r.stderr.strip()}\n" + "\n".join(
+                    f"{' '.join(s.argv)}: exit {s.p.poll()}: {s.stderr()}" for s in self.servers))
+        except BaseException:
+            self.stop()
+            raise
+
+    def gone(self):
+        """The servers that are not running any more, with their stderr."""
+        return [f"{' '.join(s.argv)}: exit {s.p.poll()}: {s.stderr()[-2000:]}"
+                for s in self.servers if s.p.poll() is not None]
+
+    def stop(self):
+        rcs = [s.stop() for s in self.servers]
+        self.servers = []
+        return rcs
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        gone = self.gone()
+        rcs = self.stop()
+        if exc[0] is None:
+            assert not gone, f"server died: {gone}"
+            assert rcs == [0, 0], f"server exit status {rcs} after SIGTERM (memcached, fp-kv)"
+
+
+@need_root
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_conformance_xdp(topo, fpkv, memcached, script):
+    flags = kvdiff.load_script(script).flags
+    with XdpPair(topo, fpkv, memcached, flags) as pair:
+        r = topo.sh(topo.cli_ns, sys.executable, str(kvdiff.HERE / "kvdiff.py"), "--a", pair.a,
+                    "--b", pair.b, "--script", str(script), "-q", check=False, timeout=170)
+    assert r.returncode == 0, (f"fp-kv (xdp) differs from memcached (kvdiff exit "
+                               f"{r.returncode}):\n{r.stdout[-20000:]}\n{r.stderr[-3000:]}")
+
+
+# ---- 2. real clients ----------------------------------------------------------------------
+
+# pymemcache's ordinary API; prints {test: "pass" | "fail: ..."} as JSON.
+PYMEMCACHE = r"""
+import json, sys
+from pymemcache.client.base import Client
+from pymemcache import serde
+from pymemcache.exceptions import MemcacheClientError, MemcacheServerError
+host, port = sys.argv[1], int(sys.argv[2])
+def client(**kw):
+    kw.setdefault("default_noreply", False)
+    return Client((host, port), connect_timeout=5, timeout=10, **kw)
+c = client()
+res = {}
+def t(fn):
+    try:
+        fn()
+        res[fn.__name__] = "pass"
+    except Exception as e:
+        res[fn.__name__] = "fail: %s: %s" % (type(e).__name__, str(e)[:300])
+    return fn
+
+@t
+def version():
+    assert c.version()
+@t
+def flush_all():
+    c.set(b"before", b"x")
+    assert c.flush_all() is True
+    assert c.get(b"before") is None
+@t
+def set_get():
+    assert c.set(b"k1", b"v1") is True
+    assert c.get(b"k1") == b"v1"
+    assert c.get(b"nope") is None
+    assert c.get(b"nope", default=b"d") == b"d"
+@t
+def set_many_get_many():
+    d = {(u"m%d" % i).encode(): (u"v%d" % i).encode() * (i + 1) for i in range(300)}
+    assert c.set_many(d) == []
+    assert c.get_many(list(d) + [b"absent"]) == d
+    assert c.get_multi([b"m1", b"m2"]) == {b"m1": d[b"m1"], b"m2": d[b"m2"]}
+@t
+def noreply_default():
+    nc = client(default_noreply=True)
+    nc.set(b"nr", b"x")
+    nc.set_many({b"nr1": b"1", b"nr2": b"2"})
+    nc.delete(b"nr1")
+    nc.incr(b"nr2", 5)
+    assert nc.get_many([b"nr", b"nr1", b"nr2"]) == {b"nr": b"x", b"nr2": b"7"}
+    nc.close()
+@t
+def add_replace():
+    assert c.add(b"a1", b"1") is True
+    assert c.add(b"a1", b"2") is False
+    assert c.replace(b"a1", b"3") is True
+    assert c.replace(b"absent-r", b"3") is False
+    assert c.get(b"a1") == b"3"
+@t
+def append_prepend():
+    c.set(b"ap", b"mid")
+    assert c.append(b"ap", b">") is True
+    assert c.prepend(b"ap", b"<") is True
+    assert c.get(b"ap") == b"<mid>"
+    assert c.append(b"absent-a", b"x") is False
+@t
+def gets_cas():
+    c.set(b"cs", b"1")
+    v, tok = c.gets(b"cs")
+    assert v == b"1" and tok
+    assert c.cas(b"cs", b"2", tok) is True
+    assert c.cas(b"cs", b"3", tok) is False
+    assert c.cas(b"absent-c", b"3", tok) is None
+    assert c.get(b"cs") == b"2"
+@t
+def gets_many():
+    c.set(b"g1", b"x")
+    c.set(b"g2", b"y")
+    r = c.gets_many([b"g1", b"g2", b"g3"])
+    assert sorted(r) == [b"g1", b"g2"] and r[b"g1"][0] == b"x" and r[b"g2"][1]
+@t
+def incr_decr():
+    c.set(b"n", b"10")
+    assert c.incr(b"n", 5) == 15
+    assert c.decr(b"n", 20) == 0
+    assert c.incr(b"absent-n", 1) is None
+    assert c.incr(b"n", 2 ** 64 - 1) == 2 ** 64 - 1
+    assert c.incr(b"n", 1) == 0
+@t
+def incr_non_numeric():
+    c.set(b"nn", b"abc")
+    try:
+        c.incr(b"nn", 1)
+    except MemcacheClientError:
+        return
+    raise AssertionError("no error")
+@t
+def touch():
+    c.set(b"t", b"x", expire=100)
+    assert c.touch(b"t", 200) is True
+    assert c.touch(b"absent-t", 1) is False
+@t
+def expire_negative():
+    c.set(b"e", b"x", expire=-1)
+    assert c.get(b"e") is None
+@t
+def delete():
+    c.set(b"d", b"x")
+    assert c.delete(b"d") is True
+    assert c.delete(b"d") is False
+@t
+def delete_many():
+    c.set_many({b"dm1": b"1", b"dm2": b"2"})
+    assert c.delete_many([b"dm1", b"dm2", b"dm3"]) is True
+    assert c.get_many([b"dm1", b"dm2"]) == {}
+@t
+def binary_values():
+    v = bytes(range(256)) + b"\r\nEND\r\n" + bytes(range(255, -1, -1))
+    assert c.set(b"bin", v) is True
+    assert c.get(b"bin") == v
+@t
+def large_value():
+    v = bytes((i * 31) & 0xff for i in range(1000000))
+    assert c.set(b"big", v) is True
+    assert c.get(b"big") == v
+@t
+def too_large():
+    try:
+        c.set(b"huge", b"x" * (2 << 20))
+    except MemcacheServerError:
+        return
+    raise AssertionError("no error")
+@t
+def key_250():
+    k = b"k" * 250
+    assert c.set(k, b"x") is True
+    assert c.get(k) == b"x"
+@t
+def pickle_serde():
+    sc = client(serde=serde.pickle_serde)
+    obj = {"a": [1, 2, 3], "b": "t\u00e9xt", "c": 2 ** 70}
+    assert sc.set(b"obj", obj) is True
+    assert sc.set(b"int", 42) is True
+    assert sc.get(b"obj") == obj and sc.get(b"int") == 42
+    sc.close()
+@t
+def stats():
+    s = c.stats()
+    for k in (b"pid", b"uptime", b"curr_items", b"get_hits", b"get_misses", b"cmd_get",
+              b"bytes", b"limit_maxbytes", b"evictions", b"curr_connections", b"version"):
+        assert k in s, k
+    assert b"maxbytes" in c.stats("settings")
+    assert c.stats("items") and c.stats("slabs")
+@t
+def raw_gat():
+    c.set(b"gt", b"gv")
+    assert c.raw_command(b"gat 100 gt", b"END") == b"VALUE gt 0 2\r\ngv\r\n"
+    assert c.raw_command(b"gats 100 gt nope", b"END").startswith(b"VALUE gt 0 2 ")
+@t
+def many_clients():
+    cs = [client() for _ in range(20)]
+    for i, x in enumerate(cs):
+        x.set(b"mc%d" % i, b"%d" % i)
+    for i, x in enumerate(cs):
+        assert x.get(b"mc%d" % ((i + 1) % 20)) == b"%d" % ((i + 1) % 20)
+        x.quit()
+print(json.dumps(res))
+"""
+
+
+def pymemcache_results(host, port, topo=None):
+    args = [sys.executable, "-c", PYMEMCACHE, host, str(port)]
+    if topo is not None:
+        r = topo.sh(topo.cli_ns, *args, check=False, timeout=120)
+    else:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip(), f"pymemcache session died: {r.stderr[-3000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def memccapable_results(exe, host, port, topo=None):
+    args = [exe, "-a", "-t", "5", "-h", host, "-p", str(port)]
+    if topo is not None:
+        r = topo.sh(topo.cli_ns, *args, check=False, timeout=120)
+    else:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    res = {}
+    for ln in (r.stdout + r.stderr).splitlines():
+        m = re.match(r"^(ascii .*?)\s+\[(\w+)\]\s*$", ln)
+        if m:
+            res[m.group(1)] = m.group(2)
+    assert res, f"memccapable printed no results (exit {r.returncode}): {r.stdout}{r.stderr}"
+    return res
+
+
+@pytest.fixture(scope="module")
+def reference_clients(memcached, memccapable):
+    """What the clients report against memcached itself (started here, on loopback)."""
+    with Started(memcached_cmd(memcached), ["-m", "64", "-t", "1"]) as srv:
+        pym = pymemcache_results(srv.host, srv.port)
+        cap = memccapable_results(memccapable, srv.host, srv.port)
+    assert sum(v == "pass" for v in pym.values()) >= len(pym) - 2, pym
+    assert sum(v == "pass" for v in cap.values()) >= len(cap) // 2, cap
+    return pym, cap
+
+
+def compare_clients(ref, got, what):
+    pym_ref, cap_ref = ref
+    pym, cap = got
+    bad = [f"pymemcache {k}: {pym.get(k, 'missing')}" for k, v in pym_ref.items()
+           if v == "pass" and pym.get(k) != "pass"]
+    bad += [f"memccapable {k}: {cap.get(k, 'missing')}" for k, v in cap_ref.items()
+            if v == "pass" and cap.get(k) != "pass"]
+    assert not bad, f"fp-kv ({what}) fails what memcached passes:\n" + "\n".join(bad)
+
+
+def test_clients_kernel(fpkv, memccapable, reference_clients):
+    with Started(fpkv_kernel(fpkv), ["-m", "64", "-t", "1"]) as srv:
+        got = (pymemcache_results(srv.host, srv.port),
+               memccapable_results(memccapable, srv.host, srv.port))
+    compare_clients(reference_clients, got, "kernel")
+
+
+@need_root
+def test_clients_xdp(topo, fpkv, memcached, memccapable, reference_clients):
+    with XdpPair(topo, fpkv, memcached, ["-m", "64", "-t", "1"]):
+        host = topo.fp_srv_ip
+        got = (pymemcache_results(host, XDP_PORT, topo),
+               memccapable_results(memccapable, host, XDP_PORT, topo))
+    compare_clients(reference_clients, got, "xdp")
+
+
+# ---- 3. eviction --------------------------------------------------------------------------
+
+MIB = 1 << 20
+EVICT_MB = 16
+VALUE_SIZE = 4000
+SLACK_KIB = 4 * 1024
+
+
+def test_eviction_memory_and_recency(fpkv):
+    """-m 16, 4 x 16 MB of 4000-byte values. Memory bound, justified:
+
+    fp-kv keeps items in a slab arena of exactly -m bytes (kv.h), plus a hash table
+    (reported by stats as hash_bytes). The runtime's own memory (the kernel transport's
+    receive buffers: io_uring lends 1024 x 16 KiB, touched on first use; output chunks) is
+    traffic-dependent, not data-dependent, so it is measured first: a warm-up pushes the
+    same 64 MB through one key (set + delete, so nothing accumulates), and RSS then is the
+    baseline. Storing 4x the limit may then add at most -m + hash_bytes + 4 MiB (allocator
+    metadata, connection buffers of a second connection). A second 64 MB fill, with new keys,
+    must add nothing more than 1 MiB (steady state: eviction reuses memory, nothing leaks).
+    """
+    n_fill = 4 * EVICT_MB * MIB // VALUE_SIZE         # 16777 values: 4x the limit
+    n_hot, batch = 50, 200                             # hot keys, read after every batch
+    with Started(fpkv_kernel(fpkv), ["-m", EVICT_MB, "-t", "1"]) as srv:
+        c = None
+        try:
+            c = Conn(srv.host, srv.port)
+            junk = b"j" * VALUE_SIZE
+            for b in range(0, n_fill, batch):
+                c.sync(b"".join(b"set warm 0 0 %d noreply\r\n%s\r\ndelete warm noreply\r\n"
+                                % (VALUE_SIZE, junk) for _ in range(batch)))
+            time.sleep(0.2)
+            rss_base = rss_kib(srv.pid)
+
+            def val(tag, i):
+                return (b"%s%08d." % (tag, i)) * (VALUE_SIZE // 10)
+
+            c.sync(b"".join(b"set h%d 0 0 %d noreply\r\n%s\r\n" % (i, VALUE_SIZE, val(b"h", i))
+                            for i in range(n_hot)))
+            for b in range(0, n_fill, batch):
+                c.sync(b"".join(b"set k%d 0 0 %d noreply\r\n%s\r\n" % (i, VALUE_SIZE, val(b"k", i))
+                                for i in range(b, min(b + batch, n_fill))))
+                hot = c.get_multi([b"h%d" % i for i in range(n_hot)])
+                assert len(hot) == n_hot, f"hot keys evicted after {b + batch} sets: " \
+                    f"{sorted(set(b'h%d' % i for i in range(n_hot)) - set(hot))[:10]}"
+            time.sleep(0.2)
+            rss_full = rss_kib(srv.pid)
+            st = c.stats()
+            hash_kib = int(st.get("hash_bytes", "0")) // 1024
+
+            # the recently read and the recently set survive, intact
+            hot = c.get_multi([b"h%d" % i for i in range(n_hot)])
+            assert hot == {b"h%d" % i: val(b"h", i) for i in range(n_hot)}
+            recent = range(n_fill - EVICT_MB * MIB // 4 // VALUE_SIZE, n_fill)   # last 4 MB
+            got = {}
+            for b in range(recent.start, recent.stop, 100):
+                got.update(c.get_multi([b"k%d" % i for i in range(b, min(b + 100, recent.stop))]))
+            missing = [i for i in recent if b"k%d" % i not in got]
+            assert not missing, f"{len(missing)} of the last {len(recent)} keys set are gone: " \
+                f"{missing[:10]}"
+            assert all(got[b"k%d" % i] == val(b"k", i) for i in recent)
+            # the oldest (the first 16 MB of the fill, never read) are gone
+            oldest = range(0, EVICT_MB * MIB // VALUE_SIZE)
+            present = []
+            for b in range(0, oldest.stop, 100):
+                present += list(c.get_multi([b"k%d" % i for i in range(b, min(b + 100, oldest.stop))]))
+            assert not present, f"{len(present)} of the oldest keys survived: {present[:10]}"
+            evictions = int(st["evictions"])
+            assert evictions >= n_fill - EVICT_MB * MIB // VALUE_SIZE, st
+            assert int(st["curr_items"]) * VALUE_SIZE <= EVICT_MB * MIB, st
+            assert int(st["limit_maxbytes"]) == EVICT_MB * MIB, st
+
+            bound = rss_base + EVICT_MB * 1024 + hash_kib + SLACK_KIB
+            assert rss_full <= bound, (f"VmRSS {rss_full} KiB after storing {4 * EVICT_MB} MB "
+                                       f"into -m {EVICT_MB}: more than baseline {rss_base} + "
+                                       f"{EVICT_MB} MiB + hash {hash_kib} + slack {SLACK_KIB} KiB")
+
+            # a second fill with new keys, on a new connection: no growth
+            c.close()
+            c = Conn(srv.host, srv.port)
+            for b in range(0, n_fill, batch):
+                c.sync(b"".join(b"set z%d 0 0 %d noreply\r\n%s\r\n" % (i, VALUE_SIZE, val(b"z", i))
+                                for i in range(b, min(b + batch, n_fill))))
+            time.sleep(0.2)
+            rss_again = rss_kib(srv.pid)
+            assert rss_again <= rss_full + 1024, (f"VmRSS grew from {rss_full} to {rss_again} "
+                                                  f"KiB on a second fill (a leak?)")
+            assert c.get(b"k%d" % (n_fill - 1)) is None    # evicted by the second fill
+            assert c.get(b"z%d" % (n_fill - 1)) == val(b"z", n_fill - 1)
+            assert int(c.stats()["evictions"]) > evictions
+        finally:
+            if c is not None:
+                c.close()
+
+
+# ---- 4. concurrency -----------------------------------------------------------------------
+
+THREADS = 6
+CONNS = 3          # per thread, used in turn: 18 connections, spread over both workers
+OPS = 2000
+ADD_ROUNDS = 40
+
+
+def worker_rx(build_dir, stats_name):
+    r = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", stats_name, "--totals"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, f"fp-stats: {r.stderr}"
+    return [w["rx_bytes"] for w in json.loads(r.stdout.strip().splitlines()[-1])["workers"]]
+
+
+def wait_workers_listening(srv, build_dir, stats_name, timeout=10):
+    """Each worker listens on its own (the kernel spreads connections over the listeners);
+    one that is not listening yet gets none, so wait until a batch of connections reached
+    every worker."""
+    deadline = time.time() + timeout
+    while True:
+        cs = [Conn(srv.host, srv.port) for _ in range(8)]
+        for c in cs:
+            assert c.cmd(b"mn") == b"MN"
+            c.close()
+        rx = worker_rx(build_dir, stats_name)
+        if min(rx) > 0:
+            return
+        assert time.time() < deadline, f"a worker never got a connection: rx bytes {rx}"
+        time.sleep(0.1)
+
+
+def test_concurrency_linearisable(fpkv, build_dir):
+    """fp-kv -t 2 --cores 0,1; THREADS client threads with CONNS connections each (the
+    kernel spreads connections over the workers; the test checks that both served), on
+    shared keys.
+
+    Checked against a linearisable model of each key:
+      ctr     incr by distinct deltas: the returned values, sorted, must form one chain
+              (each = the previous + its own delta, starting at 0), and the final value is
+              the sum of all acknowledged deltas
+      log     append of unique tokens: each acknowledged token appears exactly once, and each
+              thread's tokens in its own order
+      casctr  gets + cas(value + 1) until STORED: every success wrote a distinct value, so
+              the successes wrote exactly 1..N and the final value is N (no lost update)
+      race<r> all threads add at once (barrier): exactly one STORED, and its value stays
+      blob<j> whole-value overwrites of different lengths: a read sees one writer's value whole
+    """
+    stats_name = f"fpkvc{os.getpid()}"
+    cmd = [a if a != "none" else stats_name for a in fpkv_kernel(fpkv)]
+    try:
+        run_concurrency(cmd, build_dir, stats_name)
+    finally:
+        # fp-kv removes its stats segment when it exits cleanly; not when killed
+        pathlib.Path(f"/dev/shm/flowplane-{stats_name}").unlink(missing_ok=True)
+
+
+def run_concurrency(cmd, build_dir, stats_name):
+    with Started(cmd, ["-m", "64", "-t", "2", "--cores", "0,1"]) as srv:
+        wait_workers_listening(srv, build_dir, stats_name)
+        rx0 = worker_rx(build_dir, stats_name)
+        setup = Conn(srv.host, srv.port)
+        assert setup.store(b"set", b"ctr", b"0") == b"STORED"
+        assert setup.store(b"set", b"log", b"") == b"STORED"
+        assert setup.store(b"set", b"casctr", b"0") == b"STORED"
+        barrier = threading.Barrier(THREADS)
+        incrs, appends, cas_wrote, add_won, errors = [], [], [], {}, []
+        lock = threading.Lock()
+
+        def blob(tid):
+            return bytes([65 + tid]) * (1000 + 997 * tid)
+
+        def worker(tid):
+            rnd = random.Random(tid)
+            conns = []
+            my_incr, my_app, my_cas = [], [], []
+            doing = "connecting"
+            try:
+                conns += [Conn(srv.host, srv.port, timeout=10) for _ in range(CONNS)]
+                for i in range(OPS):
+                    c = conns[i % CONNS]
+                    op = rnd.random()
+                    doing = f"op {i} ({'incr' if op < 0.3 else 'append' if op < 0.55 else 'cas' if op < 0.8 else 'blob'})"
+                    if op < 0.3:
+                        delta = 1 + tid + THREADS * i          # distinct over all threads
+                        r = c.cmd(b"incr ctr %d" % delta)
+                        my_incr.append((int(r), delta))
+                    elif op < 0.55:
+                        tok = b" t%d.%d" % (tid, i)
+                        r = c.store(b"append", b"log", tok)
+                        assert r == b"STORED", r
+                        my_app.append(tok)
+                    elif op < 0.8:
+                        while True:
+                            got = c.gets(b"casctr")
+                            assert got is not None, "key casctr vanished"
+                            v, cas = got
+                            r = c.store(b"cas", b"casctr", b"%d" % (int(v) + 1), b" %d" % cas)
+                            if r == b"STORED":
+                                my_cas.append(int(v) + 1)
+                                break
+                            assert r == b"EXISTS", r
+                    else:
+                        j = rnd.randrange(3)
+                        if rnd.random() < 0.5:
+                            assert c.store(b"set", b"blob%d" % j, blob(tid)) == b"STORED"
+                        else:
+                            v = c.get(b"blob%d" % j)
+                            if v is not None:
+                                t = v[0] - 65
+                                assert 0 <= t < THREADS and v == blob(t), \
+                                    f"torn value: {len(v)} bytes starting {v[:8]!r}"
+                for r_ in range(ADD_ROUNDS):
+                    doing = f"add round {r_}"
+                    barrier.wait(timeout=60)
+                    r = c.store(b"add", b"race%d" % r_, b"w%d" % tid)
+                    assert r in (b"STORED", b"NOT_STORED"), r
+                    if r == b"STORED":
+                        with lock:
+                            add_won.setdefault(r_, []).append(tid)
+            except BaseException as e:  # noqa: BLE001 (reported below)
+                errors.append(f"thread {tid}, {doing}: {type(e).__name__}: {e}")
+                barrier.abort()
+            finally:
+                for c in conns:
+                    c.close()
+                with lock:
+                    incrs.extend(my_incr)
+                    appends.append((tid, my_app))
+                    cas_wrote.extend(my_cas)
+
+        ts = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(150)
+        assert not any(t.is_alive() for t in ts), "client threads hung"
+        assert not errors, f"{errors}; fp-kv: {srv.problem() or 'still running'}"
+        rx = [b - a for a, b in zip(rx0, worker_rx(build_dir, stats_name))]
+        assert len(rx) == 2 and min(rx) > 10000, f"a worker served (almost) nothing: rx {rx}"
+
+        # incr: one chain
+        chain = sorted(incrs)
+        prev = 0
+        for value, delta in chain:
+            assert value == prev + delta, f"incr returned {value}, previous {prev}, delta {delta}"
+            prev = value
+        assert int(setup.get(b"ctr")) == sum(d for _, d in incrs) == prev
+        # append: each token once, per-thread order kept
+        log = setup.get(b"log").split(b" ")[1:]
+        acked = [t for _, toks in appends for t in toks]
+        assert len(log) == len(acked), f"log has {len(log)} tokens, {len(acked)} acknowledged"
+        assert sorted(log) == sorted(t[1:] for t in acked), "tokens lost or duplicated"
+        pos = {t: k for k, t in enumerate(log)}
+        for tid, toks in appends:
+            idx = [pos[t[1:]] for t in toks]
+            assert idx == sorted(idx), f"thread {tid}'s appends out of order"
+        # cas: no lost update
+        assert sorted(cas_wrote) == list(range(1, len(cas_wrote) + 1)), "a cas update was lost"
+        assert int(setup.get(b"casctr")) == len(cas_wrote)
+        # add: one winner per round
+        for r_ in range(ADD_ROUNDS):
+            assert len(add_won.get(r_, [])) == 1, f"add race {r_}: winners {add_won.get(r_)}"
+            assert setup.get(b"race%d" % r_) == b"w%d" % add_won[r_][0]
+        setup.close()

@@ -27,7 +27,18 @@
  * (QSBR, as in Linux RCU): each worker calls kv_store_quiesce() between rounds (evl's
  * poll hook and a 1 ms timer), which run to completion, so no worker can hold a pointer
  * across it. Unlinked items wait in per-worker limbo lists, counted against -m; an
- * allocation that finds its class full reclaims limbo first, then evicts.
+ * allocation that finds its class full reclaims limbo first, then evicts. A worker that
+ * must wait for memory "parks", publishing the views it still holds, so workers never
+ * wait for each other's waits, and a lone worker never waits at all.
+ *
+ * Memory. The arena is one mmap of -m bytes (reserved, touched a page at a time as
+ * classes take pages, or all at once with -L), never exceeded: a class that needs a page
+ * when none is free empties another class's page (memcached's slab rebalancer, inline;
+ * with -M only a page with nothing in it, where memcached would go one page over -m).
+ * On top of it, not counted in -m: the hash table, 8 bytes per bucket, one bucket per
+ * 256 bytes of -m rounded up to a power of two (3-6% of -m); the stripe locks, 256 KiB;
+ * per worker about 10 KiB plus 2 KiB per worker; 16 bytes per MiB of arena. An item costs
+ * 48 bytes + key + value + 2 in a chunk of its class (memcached: 56 + key + 1 + flags).
  */
 
 #define KV_KEY_MAX        250
@@ -68,6 +79,9 @@ void kv_store_destroy(struct kv_store *s);
 
 /* Worker @w is between rounds: it holds no item pointer. */
 void kv_store_quiesce(struct kv_store *s, unsigned w);
+/* Worker @w stops using the store (exit, shutdown): it holds nothing and stops holding up
+ * memory reuse until its next call, which brings it back. Every worker starts offline. */
+void kv_store_offline(struct kv_store *s, unsigned w);
 
 /* An item as readers see it. key and value point into the item: valid until the caller's
  * worker next quiesces. */
@@ -81,14 +95,15 @@ struct kv_item_view {
 	uint64_t cas;
 	uint32_t last_access;     /* store clock */
 	bool fetched;             /* read at least once since stored (meta h flag) */
-	bool won;                 /* meta W/Z bookkeeping (stale, win token); false otherwise */
-	bool stale;
+	bool won;                 /* meta W: this fetch got the win token */
+	bool stale;               /* meta X: the item is stale (md I, ms I) */
+	bool token_sent;          /* meta Z: a win token went out before this fetch */
 };
 
 /*
  * Look @key up. Lock-free. Returns true and fills @v for a live item (not expired, not
- * flushed); bumps its CLOCK bit and access time. @touch_exptime (when not NULL) also sets
- * its expiry (gat/touch: done under the key's lock, since expiry is part of the item).
+ * flushed); bumps its CLOCK bit and access time (the view has them from before). gat is
+ * kv_touch with a view. Counts get_hits / get_misses (and get_expired, get_flushed).
  */
 bool kv_get(struct kv_store *s, unsigned w, const char *key, size_t nkey, struct kv_item_view *v);
 
@@ -107,17 +122,22 @@ struct kv_mget_args {
 				 * out (0: off) */
 	bool no_bump;           /* do not update the access time or CLOCK bit */
 };
+/* The view's exptime, last_access and fetched are from before this call (memcached prints
+ * t, l, h from before T/N and the bump; for a vivified item exptime reads 0). A T fetch
+ * counts as cmd_touch + touch_hits/misses, any other as get_hits/misses, as mg does. */
 enum kv_mget_result { KV_MG_MISS, KV_MG_HIT, KV_MG_VIVIFIED };
 enum kv_mget_result kv_mget(struct kv_store *s, unsigned w, const char *key, size_t nkey,
 			    const struct kv_mget_args *a, struct kv_item_view *v);
-/* md with I: mark stale (and with T set a new expiry) instead of unlinking. */
+/* md with I: mark stale (and with T set a new expiry) instead of unlinking; a new cas, no
+ * token handed out yet. KV_DELETED when done, KV_EXISTS (cas != 0, no match), KV_NOT_FOUND. */
 enum kv_result kv_invalidate(struct kv_store *s, unsigned w, const char *key, size_t nkey,
 			     uint64_t cas, bool set_exptime, uint32_t exptime);
 
 /* The storage commands. A store is a two-step operation so values can arrive in pieces:
  * kv_alloc reserves an item of the full size (possibly evicting); the protocol copies the
- * value into kv_item_data() as it arrives; kv_store_item links it according to @mode. */
-enum kv_set_mode { KV_SET, KV_ADD, KV_REPLACE, KV_APPEND, KV_PREPEND, KV_CAS };
+ * value into kv_new_data() as it arrives; kv_store_item links it according to @mode. */
+enum kv_set_mode { KV_SET, KV_ADD, KV_REPLACE, KV_APPEND, KV_PREPEND, KV_CAS,
+		   KV_CAS_STALE /* ms with C and I: a lower cas replaces, marked stale */ };
 
 enum kv_result {
 	KV_STORED, KV_NOT_STORED, KV_EXISTS, KV_NOT_FOUND,  /* as memcached's store results */
@@ -142,14 +162,27 @@ void kv_new_free(struct kv_store *s, unsigned w, struct kv_new *n);
 enum kv_result kv_store_item(struct kv_store *s, unsigned w, struct kv_new *n,
 			     enum kv_set_mode mode, uint64_t cas, uint64_t *cas_out);
 
+/* @cas != 0: KV_EXISTS unless it matches (md C). KV_DELETED or KV_NOT_FOUND otherwise. */
 enum kv_result kv_delete(struct kv_store *s, unsigned w, const char *key, size_t nkey, uint64_t cas);
+/* touch / gat: KV_TOUCHED (the view, for gat, has the new exptime) or KV_NOT_FOUND. */
 enum kv_result kv_touch(struct kv_store *s, unsigned w, const char *key, size_t nkey, uint32_t exptime,
 			struct kv_item_view *v /* NULL for touch; gat fills it */);
 /* incr/decr: decimal 64-bit, incr wraps, decr stops at 0; the new value's text length may
- * change (a new item is linked). *@out = the new value. */
+ * change (a new item is linked). *@out = the new value. KV_STORED on success. As memcached
+ * does in place, a result shorter than the old text is padded with spaces to its length. */
 enum kv_result kv_arith(struct kv_store *s, unsigned w, const char *key, size_t nkey, bool incr,
 			uint64_t delta, uint64_t *out, uint64_t *cas_out);
-/* flush_all: every item stored at or before now + @delay becomes invalid then. */
+/* The same with ma's C (@cas_in != 0: KV_EXISTS unless it matches) and the new item's view
+ * (for ma's t flag) in @v when not NULL. */
+enum kv_result kv_arith_cas(struct kv_store *s, unsigned w, const char *key, size_t nkey,
+			    bool incr, uint64_t delta, uint64_t cas_in, uint64_t *out,
+			    uint64_t *cas_out, struct kv_item_view *v);
+/* Drop @key without counting a delete: memcached does this when a set fails to allocate. */
+void kv_unlink(struct kv_store *s, unsigned w, const char *key, size_t nkey);
+/* flush_all: @when is kv_realtime(delay), or now without a delay. As memcached: once the
+ * clock reaches @when - 1, items linked at or before @when - 1 are invalid; with CAS on, an
+ * immediate flush also takes a cas number and invalidates every item with an older cas
+ * (with -C, the cut is @when itself). */
 void kv_flush_all(struct kv_store *s, uint32_t when);
 
 /* Counters and figures for stats (kept per worker where hot, summed when read). */

@@ -1,4 +1,4 @@
-/* echo.c: fp-echo's command line: the server, client and pingpong subcommands and their options. */
+/* echo.c: fp-echo's command line: the server, client, pingpong and spin subcommands and their options. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
@@ -31,6 +31,12 @@ static const struct option server_opts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
+static const struct option spin_opts[] = {
+	{ "port", required_argument, NULL, OPT_PORT },
+	{ "help", no_argument, NULL, OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
 static const struct option client_opts[] = {
 	{ "server", required_argument, NULL, OPT_SERVER },
 	{ "conns", required_argument, NULL, OPT_CONNS },
@@ -54,10 +60,18 @@ static const struct option pingpong_opts[] = {
 };
 
 static const char usage_top[] =
-	"usage: fp-echo server|client|pingpong [options]   (fp-echo COMMAND --help for each)\n"
+	"usage: fp-echo server|client|pingpong|spin [options]   (fp-echo COMMAND --help for each)\n"
 	"  server     TCP (and --udp: UDP) echo; runs until SIGINT\n"
 	"  client     IX's echo benchmark: messages/s, connections/s, round-trip times\n"
-	"  pingpong   NetPIPE-style latency: one connection, one message in flight\n";
+	"  pingpong   NetPIPE-style latency: one connection, one message in flight\n"
+	"  spin       fp-loadgen's spin protocol: each request spins its service time on the\n"
+	"             TSC, then its 16-byte header goes back; runs until SIGINT\n";
+
+static const char usage_spin[] =
+	"usage: fp-echo spin [--port P] [runtime options]\n"
+	"  --port P              TCP port (default 7); requests as fp-loadgen --proto spin\n"
+	"                        sends them (apps/loadgen/lg.h), served in order per\n"
+	"                        connection, each spinning its service time on the worker\n";
 
 static const char usage_server[] =
 	"usage: fp-echo server [--port P] [--udp] [runtime options]\n"
@@ -267,7 +281,7 @@ int main(int argc, char **argv)
 	const char *cmd = argc > 1 ? argv[1] : NULL;
 
 	if (!cmd)
-		usage_error(NULL, "expected a command: server, client or pingpong (--help for usage)");
+		usage_error(NULL, "expected a command: server, client, pingpong or spin (--help for usage)");
 	if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
 		fputs(usage_top, stdout);
 		return 0;
@@ -279,12 +293,17 @@ int main(int argc, char **argv)
 		parse(&o, argc - 1, argv + 1, server_opts, usage_server);
 		return echo_server_run(&o);
 	}
+	if (!strcmp(cmd, "spin")) {
+		o.mode = ECHO_SPIN;
+		parse(&o, argc - 1, argv + 1, spin_opts, usage_spin);
+		return echo_spin_run(&o);
+	}
 	if (!strcmp(cmd, "client"))
 		o.mode = ECHO_CLIENT;
 	else if (!strcmp(cmd, "pingpong"))
 		o.mode = ECHO_PINGPONG;
 	else
-		usage_error(NULL, "unknown command '%s' (expected server, client or pingpong)", cmd);
+		usage_error(NULL, "unknown command '%s' (expected server, client, pingpong or spin)", cmd);
 	parse(&o, argc - 1, argv + 1, o.mode == ECHO_CLIENT ? client_opts : pingpong_opts,
 	      o.mode == ECHO_CLIENT ? usage_client : usage_pingpong);
 	if (!o.server_str[0])

@@ -1,4 +1,4 @@
-/* echo.h: fp-echo's private interface: options, per-worker results, the three modes. */
+/* echo.h: fp-echo's private interface: options, per-worker results, the four modes. */
 #pragma once
 
 #include <stdbool.h>
@@ -15,13 +15,13 @@
 					    * before TCP stops the client */
 #define ECHO_RETRY_US       10000u         /* a failed connection is retried after this */
 
-enum echo_mode { ECHO_SERVER, ECHO_CLIENT, ECHO_PINGPONG };
+enum echo_mode { ECHO_SERVER, ECHO_CLIENT, ECHO_PINGPONG, ECHO_SPIN };
 
 struct echo_opts {
 	enum echo_mode mode;
-	const char *cmd;                /* "server", "client", "pingpong" */
+	const char *cmd;                /* "server", "client", "pingpong", "spin" */
 	struct fp_rt_config rt;
-	/* server */
+	/* server, spin */
 	uint16_t port;
 	bool udp;
 	/* client, pingpong */
@@ -58,3 +58,4 @@ uint64_t echo_now_ns(void);
 
 int echo_server_run(const struct echo_opts *o);
 int echo_client_run(const struct echo_opts *o);    /* client and pingpong */
+int echo_spin_run(const struct echo_opts *o);      /* fp-loadgen's spin protocol (spin.c) */

@@ -359,3 +359,86 @@ void lg_point_verdict(const struct lg_point *pt, lg_cdf_fn cdf, double max_slip_
 /* ---- engine.c, output.c, main.c: the run (below this line the engine's owner adds
  * struct lg_config and the engine and output entry points) ---- */
 
+#include <stdio.h>
+
+#define LG_MAX_CONNS      100000u  /* connections in all */
+#define LG_MAX_DEPTH      1024u    /* --depth and --closed */
+#define LG_BACKLOG        32u      /* requests waiting for room on one connection; beyond:
+				    * dropped (counted) */
+#define LG_POLL_BURST     64u      /* arrivals one poll pass issues at most; the rest are
+				    * late, and their slip says so */
+#define LG_SWEEP_US       1000u    /* the housekeeping tick: timeouts, reconnects, progress */
+#define LG_SWEEP_SLICES   10u      /* each tick checks a tenth of the connections: each is
+				    * checked every 10 ms */
+#define LG_CONNECT_BURST  256u     /* connects in flight per worker during setup */
+#define LG_PRELOAD_DEPTH  8u       /* SETs in flight per connection while preloading */
+
+/* What the command line asks for (main.c fills it; the engine and output read it). */
+struct lg_config {
+	struct fp_rt_config rt;           /* runtime options; idle defaults to poll */
+	uint32_t server_addr;             /* host order */
+	uint16_t server_port;
+	char server[32];                  /* "A.B.C.D:PORT" */
+	const struct lg_proto_ops *ops;
+	struct lg_proto_config proto;
+	struct lg_arrival arrival;
+	const char *arrival_spec;         /* as given ("poisson") */
+	/* The schedule: one point per rate (--rate, --rates, --sweep), or a pattern reported
+	 * per window, or closed loop (one point). */
+	double *rates;
+	unsigned n_rates;
+	struct lg_pattern pattern;        /* kind NONE unless --pattern */
+	const char *pattern_spec;
+	double window_s;
+	unsigned closed;                  /* K outstanding per connection; 0 = open loop */
+	unsigned conns, depth;
+	double warmup_s, duration_s;      /* duration: per point, or the whole pattern */
+	double timeout_ms, max_slip_us, slo_us;
+	bool preload, quiet;
+	uint64_t seed;
+	const char *json;
+	int argc;
+	char **argv;
+};
+
+/* Points the run has (rates, pattern windows, or 1 closed-loop point). */
+unsigned lg_config_points(const struct lg_config *cfg);
+/* Point @i's window: start (seconds after the warm-up began) and length. */
+double lg_point_start_s(const struct lg_config *cfg, unsigned i);
+double lg_point_len_s(const struct lg_config *cfg, unsigned i);
+/* The rate point @i asks for: its rate, or the pattern's mean over its window; 0 closed. */
+double lg_point_target(const struct lg_config *cfg, unsigned i);
+
+/* What a run produced, merged over the workers (engine.c fills it). */
+struct lg_result {
+	struct lg_point *points;          /* [n_points]: those whose window started */
+	unsigned n_points;
+	bool interrupted;                 /* stopped by SIGINT/SIGTERM: the last one partial */
+	uint64_t preload_keys, preload_errors;
+	double setup_s;                   /* connecting and preloading */
+	char workload[160];               /* the protocol's describe() */
+	char error[256];                  /* a run error ("" when none): exit 1 */
+};
+
+/* Run @cfg: connect, preload, warm up, measure every point, drain. 0 (finished or
+ * interrupted: see @res), or -errno with @res->error saying why (or nothing, when the
+ * runtime's startup failed and said so on stderr). Free @res with lg_result_free(). */
+int lg_engine_run(const struct lg_config *cfg, struct lg_result *res);
+void lg_result_free(struct lg_result *res);
+
+/* output.c */
+void lg_verdicts(const struct lg_config *cfg, const struct lg_result *res, struct lg_verdict *v);
+void lg_print_table(FILE *f, const struct lg_config *cfg, const struct lg_result *res,
+		    const struct lg_verdict *v);
+/* The JSON document (see README.md). 0, or -errno with one line on stderr. */
+int lg_write_json(const char *path, const struct lg_config *cfg, const struct lg_result *res,
+		  const struct lg_verdict *v);
+
+/* One progress line on @f for a finished point (counts over every worker; p99 the
+ * largest worker's, exact with one worker). */
+struct lg_progress {
+	uint64_t scheduled, completed, errors, timeouts, dropped;
+	uint64_t p99_ns;
+};
+void lg_print_progress(FILE *f, const struct lg_config *cfg, unsigned i,
+		       const struct lg_progress *p);

@@ -24,7 +24,9 @@ def assert_usage_error(r, *words):
     (["test", "--verbose"], "unknown argument '--verbose'"),
     (["build", "turbo"], "unknown build kind 'turbo'"),
     (["demo", "--slow"], "unknown argument '--slow'"),
-    (["demo", "--quick", "extra"], "unexpected argument 'extra'"),
+    (["demo", "--quick", "extra"], "unknown argument 'extra'"),
+    (["tour", "--slow"], "unknown argument '--slow'"),
+    (["tour", "--quick", "extra"], "unexpected argument 'extra'"),
     (["bootstrap", "now"], "bootstrap takes no arguments"),
     (["bench-stack", "--slow"], "unknown argument '--slow'"),
     (["bench-echo", "--slow"], "unknown argument '--slow'"),
@@ -41,7 +43,8 @@ def test_flowplane_driver_bad_args(root, args, word):
 def test_flowplane_help(root):
     r = run([root / "flowplane", "help"])
     assert r.returncode == 0
-    for cmd in ("demo", "test", "build", "bench", "bench-echo", "echo", "stats", "topo", "qsim",
+    for cmd in ("demo", "tour", "test", "build", "bench", "bench-echo", "bench-kv", "echo", "kv",
+                "loadgen", "plot", "stats", "topo", "qsim",
                 "bootstrap"):
         assert f"\n  {cmd}" in r.stdout
 
@@ -110,10 +113,10 @@ def test_fp_micro_only_filters(build_dir):
     assert len(cases) == 1 and cases[0].startswith("pool get+free")
 
 
-def test_demo_quick_writes_its_results(root, tmp_path):
-    r = run([root / "flowplane", "demo", "--quick"], timeout=600)
+def test_tour_quick_writes_its_results(root, tmp_path):
+    r = run([root / "flowplane", "tour", "--quick"], timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    out = root / "results" / "demo"
+    out = root / "results" / "tour"
     micro = (out / "micro.txt").read_text()
     assert "pool get+free" in micro and "timer add+cancel" in micro
     table = (out / "qsim-maxload.md").read_text()

@@ -425,7 +425,7 @@ def plot(res, out):
                 if k.startswith(wl + "/")]
         png = out / f"{wl}.png"
         r = subprocess.run([sys.executable, lgplot, *[p for _, p in runs], "-o", png,
-                            "--slo-us", "500", "--labels", ",".join(n for n, _ in runs),
+                            "--slo-us", "500", "--ymax", "2000", "--labels", ",".join(n for n, _ in runs),
                             "--title", f"{wl.upper()}: p99 latency vs throughput"],
                            capture_output=True, text=True)
         if r.returncode != 0:

@@ -268,6 +268,7 @@ void lg_point_init(struct lg_point *pt, double target_rps, double duration_s)
 	pt->target_rps = target_rps;
 	pt->duration_s = duration_s;
 	fp_hist_init(&pt->latency);
+	fp_hist_init(&pt->latency_sent);
 	fp_hist_init(&pt->slip);
 }
 
@@ -290,6 +291,7 @@ void lg_point_merge(struct lg_point *dst, const struct lg_point *src, struct lg_
 	dst->dropped += src->dropped;
 	dst->reconnects += src->reconnects;
 	fp_hist_merge(&dst->latency, &src->latency);
+	fp_hist_merge(&dst->latency_sent, &src->latency_sent);
 	fp_hist_merge(&dst->slip, &src->slip);
 	for (unsigned i = 0; i < LG_BATCHES; i++)
 		lg_chist_merge(&dst->batches[i], &src->batches[i]);
@@ -322,6 +324,7 @@ void lg_point_verdict(const struct lg_point *pt, lg_cdf_fn cdf, double max_slip_
 	v->offered_rps = dur > 0 ? (double)pt->scheduled / dur : 0;
 	v->achieved_rps = dur > 0 ? (double)(pt->ok + pt->misses + pt->errors) / dur : 0;
 	fp_hist_summarize(&pt->latency, &v->lat);
+	fp_hist_summarize(&pt->latency_sent, &v->lat_sent);
 	fp_hist_summarize(&pt->slip, &v->slip);
 	lg_p99_ci(pt->batches, LG_BATCHES, &v->p99_ci);
 	point_ks(pt, closed_loop ? NULL : cdf, &v->ks);

@@ -334,6 +334,7 @@ static int lg_send(struct lg_worker *w, struct lg_conn *cn, struct lg_req *r)
 
 	len = ops->encode(w->e->proto, &w->rng, w->buf, w->buf_cap, r);
 	r->sched_ns = sched;
+	r->sent_ns = fp_tsc_ns();
 	r->point = point;
 	return fp_evl_write(cn->c, w->buf, len);
 }
@@ -544,6 +545,7 @@ static void lg_complete(struct lg_worker *w, struct lg_conn *cn, enum lg_status 
 	else
 		pt->ok++;
 	fp_hist_record(&pt->latency, lat);
+	fp_hist_record(&pt->latency_sent, now > r->sent_ns ? now - r->sent_ns : 0);
 	{
 		uint32_t p = r->point;
 		double off = (double)sched - ((double)w->t_meas + w->e->seg_ns * p);

@@ -184,6 +184,7 @@ enum lg_status {
 /* What the engine remembers about one request in flight, for its response. */
 struct lg_req {
 	uint64_t sched_ns;  /* when the arrival process scheduled it (latency's start) */
+	uint64_t sent_ns;   /* when it was written to its connection (the engine's) */
 	uint32_t point;     /* the measurement point (window) it belongs to, or UINT32_MAX */
 	uint16_t op;        /* enum lg_op */
 	uint16_t aux;       /* protocol's own (echo: the pattern's tag; memcache: key length,
@@ -324,6 +325,10 @@ struct lg_point {
 	uint64_t reconnects;
 	struct fp_hist latency;     /* ns, from the scheduled send time to the response */
 	struct fp_hist slip;        /* ns, scheduled time to the time the send was queued */
+	struct fp_hist latency_sent; /* ns, from the actual send to the response: what a
+				     * generator that measures from the send (mutilate) reports;
+				     * the difference to @latency is time spent waiting to be
+				     * sent (backlog, a stalled generator) */
 	struct lg_chist batches[LG_BATCHES];
 	struct lg_reservoir gaps;   /* actual gaps between sends on one worker, ns */
 	double gap_rate;            /* the per-worker rate those gaps should follow */
@@ -341,6 +346,7 @@ void lg_point_merge(struct lg_point *dst, const struct lg_point *src, struct lg_
 struct lg_verdict {
 	double offered_rps, achieved_rps;
 	struct fp_hist_summary lat, slip;   /* ns */
+	struct fp_hist_summary lat_sent;    /* ns, from the actual send */
 	struct lg_ci p99_ci;                /* ns */
 	struct lg_ks ks;                    /* n = 0: not tested (fixed, trace, closed loop,
 					     * fewer than LG_KS_MIN gaps) */

@@ -245,7 +245,12 @@ static void lg_json_stats(FILE *f, const struct lg_verdict *v)
 	} else {
 		fputs("null", f);
 	}
-	fputs(",\n     \"slip_us\": {", f);
+	fputs(",\n     \"latency_from_send_us\": {", f);
+	jkey_num(f, "p50", us((double)v->lat_sent.p50), true);
+	jkey_num(f, "p90", us((double)v->lat_sent.p90), true);
+	jkey_num(f, "p99", us((double)v->lat_sent.p99), true);
+	jkey_num(f, "p999", us((double)v->lat_sent.p999), false);
+	fputs("}, \"slip_us\": {", f);
 	jkey_num(f, "p50", us((double)s->p50), true);
 	jkey_num(f, "p99", us((double)s->p99), true);
 	jkey_num(f, "max", us((double)s->max), false);

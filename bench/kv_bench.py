@@ -444,7 +444,7 @@ def main(argv=None):
     ap.add_argument("--client", choices=["xdp", "kernel"], default="xdp",
                     help="fp-loadgen's transport (default xdp: flowplane's stack)")
     ap.add_argument("--conns", type=int, default=64)
-    ap.add_argument("--duration", type=float, default=3.0, help="seconds per sweep point")
+    ap.add_argument("--duration", type=float, default=5.0, help="seconds per sweep point")
     ap.add_argument("--sat-duration", type=float, default=2.0)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--mem-mb", type=int, default=1024)

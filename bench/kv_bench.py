@@ -178,14 +178,20 @@ class Bench:
         t = w.topo
         return ["--net", "xdp", "--if", t.cli_if, "--ip", f"{t.fp_cli_ip}/24"]
 
-    def loadgen(self, w, addr, workload, extra, json_out, timeout, stats="none"):
+    def loadgen(self, w, addr, workload, extra, json_out, timeout, stats="none",
+                progress=False):
+        """Run fp-loadgen; with @progress its per-point lines go straight to stderr."""
         argv = [self.lg, "--server", f"{addr}:{PORT}", "--proto", "memcache",
-                "--workload", workload, "--cores", str(CLI_CPU), "--stats", stats, "--quiet",
+                "--workload", workload, "--cores", str(CLI_CPU), "--stats", stats,
                 "--conns", str(self.a.conns), "--json", json_out, *self.client_net(w), *extra]
-        r = subprocess.run(w.cmd("cli", argv, CLI_CPU), capture_output=True, text=True,
+        if not progress:
+            argv.append("--quiet")
+        r = subprocess.run(w.cmd("cli", argv, CLI_CPU), stdout=subprocess.DEVNULL,
+                           stderr=None if progress else subprocess.PIPE, text=True,
                            timeout=timeout)
         if r.returncode != 0:
-            raise RuntimeError(f"fp-loadgen failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+            why = "see above" if progress else r.stderr.strip()[-400:]
+            raise RuntimeError(f"fp-loadgen failed ({r.returncode}): {why}")
         return json.loads(pathlib.Path(json_out).read_text())
 
     def saturation(self, w, addr, workload, server, tmp):
@@ -218,7 +224,8 @@ class Bench:
         budget = 60 + n * (self.a.duration + 2) + self.a.warmup
         return self.loadgen(w, addr, workload,
                             ["--rates", spec, "--no-preload", "--warmup", str(self.a.warmup),
-                             "--duration", str(self.a.duration)], path, budget)
+                             "--duration", str(self.a.duration)], path, budget,
+                            progress=True)
 
     def preload(self, w, addr, workload, tmp):
         self.loadgen(w, addr, workload, ["--closed", "1", "--warmup", "0", "--duration", "0.2"],

@@ -79,3 +79,36 @@ def test_demo_without_root_explains(root):
                  root / "flowplane", "demo"])
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert "needs root" in r.stderr and "./flowplane demo --loopback" in r.stderr
+
+
+def test_demo_interrupted_cleans_up(root):
+    """Ctrl-C in the middle (SIGINT to the whole foreground group, as a terminal sends it):
+    the demo stops and removes its namespaces and processes."""
+    import signal
+    import time
+
+    if os.geteuid() != 0:
+        args = [root / "flowplane", "demo", "--quick", "--loopback"]
+    else:
+        args = [root / "flowplane", "demo", "--quick"]
+    before = netns_names()
+    p = subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not leftover_processes():
+            time.sleep(0.2)     # wait until a server or the generator is running
+        assert leftover_processes(), "the demo never started a server"
+        time.sleep(2)
+        os.killpg(p.pid, signal.SIGINT)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode != 0
+    deadline = time.time() + 10
+    while time.time() < deadline and (leftover_processes() or netns_names() - before):
+        time.sleep(0.2)
+    assert leftover_processes() == []
+    assert netns_names() <= before, netns_names() - before

@@ -12,7 +12,8 @@
  *                     exactly -m bytes (memcached's model: 1 MiB pages handed to size
  *                     classes growing by -f 1.25, per-class CLOCK eviction), so memory
  *                     never exceeds the limit; the hash table and per-connection buffers
- *                     are the stated overhead on top.
+ *                     are the stated overhead on top. qsbr.c: memory reuse (QSBR);
+ *                     store_stats.c: the store's figures for stats.
  *   proto.c, meta.c   the text protocol and the meta commands, streaming, byte-identical to
  *                     memcached 1.6's responses.
  *   stats.c           stats, stats settings, stats items, stats slabs.

@@ -206,6 +206,16 @@ static char *put_flag(char *p, char f, uint64_t v)
 	return kv_utoa(v, p);
 }
 
+/* The t flag: seconds left, or -1 for an item that never expires. */
+static char *put_ttl(char *p, uint32_t exptime, uint32_t now)
+{
+	if (!exptime) {
+		memcpy(p, " t-1", 4);
+		return p + 4;
+	}
+	return put_flag(p, 't', (uint32_t)(exptime - now));
+}
+
 static char *put_key(char *p, const char *key, size_t nkey, bool binary)
 {
 	*p++ = ' ';
@@ -295,14 +305,7 @@ static char *mg_flags(struct kv_conn *c, char *p, const struct kv_tok *t, size_t
 		case 'f': p = put_flag(p, 'f', v->flags); break;
 		case 'l': p = put_flag(p, 'l', (uint32_t)(now - v->last_access)); break;
 		case 'h': p = put_flag(p, 'h', v->fetched); break;
-		case 't':
-			if (!v->exptime) {
-				memcpy(p, " t-1", 4);
-				p += 4;
-			} else {
-				p = put_flag(p, 't', (uint32_t)(v->exptime - now));
-			}
-			break;
+		case 't': p = put_ttl(p, v->exptime, now); break;
 		case 'O':
 			if (t[i].len > MFLAG_MAX_OPAQUE_LENGTH)
 				return NULL;
@@ -577,14 +580,7 @@ static char *ma_flags(struct kv_conn *c, char *p, const struct kv_tok *t, size_t
 	for (size_t i = 2; i < nt - 1; i++) {
 		switch (t[i].p[0]) {
 		case 'c': p = put_flag(p, 'c', v->cas); break;
-		case 't':
-			if (!v->exptime) {
-				memcpy(p, " t-1", 4);
-				p += 4;
-			} else {
-				p = put_flag(p, 't', (uint32_t)(v->exptime - now));
-			}
-			break;
+		case 't': p = put_ttl(p, v->exptime, now); break;
 		case 'T':
 			kv_touch(c->p->store, c->w, t[1].p, t[1].len, of->exptime, NULL);
 			v->exptime = of->exptime;

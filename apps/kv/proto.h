@@ -105,7 +105,7 @@ bool kv_conn_closing(const struct kv_conn *c);
 /* feed() stopped for want of output room; show the rest again once it drains. */
 bool kv_conn_blocked(const struct kv_conn *c);
 
-/* ---- shared by proto.c, meta.c and stats.c ---- */
+/* ---- shared by proto.c, text.c, meta.c and stats.c ---- */
 
 #define KV_MAX_TOKENS 24        /* memcached's MAX_TOKENS: 23 and the rest */
 
@@ -125,6 +125,12 @@ size_t kv_tokenize(const char *line, size_t len, struct kv_tok *t, size_t max);
 bool kv_strtoull(const char *s, size_t n, uint64_t *out);
 bool kv_strtoul(const char *s, size_t n, uint32_t *out);
 bool kv_strtol(const char *s, size_t n, int32_t *out);
+
+/* Framing a request line (text.c): ready ('\n' found), need more bytes, or close. */
+enum kv_frame { KV_FRAME_READY, KV_FRAME_NEED_MORE, KV_FRAME_CLOSE };
+/* Where the line at @d ends ('\n' at *@eol), or what to do without one; d[0, @from) is
+ * known to hold no '\n'. @stable: frame as if the bytes came in one read (split_stable). */
+enum kv_frame frame_line(const uint8_t *d, size_t len, size_t from, size_t *eol, bool stable);
 
 /* base64 as memcached's (hostap's): decode skips bytes outside the alphabet; 0 = error. */
 size_t kv_b64_decode(const char *src, size_t len, uint8_t *out, size_t outlen);

@@ -1,4 +1,4 @@
-/* store_defs.h: fp-kv store internals shared by store.c and slab.c: items, classes, QSBR. */
+/* store_defs.h: fp-kv store internals shared by store.c, slab.c, qsbr.c and store_stats.c: items, classes, QSBR. */
 #pragma once
 
 #include <stdatomic.h>
@@ -204,6 +204,12 @@ struct kv_store {
 	uint64_t orphan_stamp;
 };
 
+/* Chunk @idx of size @size in arena page @page. */
+static inline struct kv_item *chunk_at(const struct kv_store *s, uint32_t page, uint32_t idx, uint32_t size)
+{
+	return (struct kv_item *)(void *)(s->arena + ((size_t)page << KV_PAGE_SHIFT) + (size_t)idx * size);
+}
+
 /* slab.c */
 int kv_slab_init(struct kv_store *s, char *err, size_t errlen);
 void kv_slab_fini(struct kv_store *s);
@@ -211,9 +217,18 @@ unsigned kv_slab_class(const struct kv_store *s, size_t size);
 bool kv_slab_fits(const struct kv_store *s, const struct kv_item *it, size_t size);
 struct kv_item *kv_slab_alloc(struct kv_store *s, unsigned w, size_t size, bool may_wait);
 void kv_slab_free_new(struct kv_store *s, struct kv_item *it);
+/* Under the class lock: a chunk back to its class (or its page to the pool). */
+void chunk_free_locked(struct kv_store *s, struct kv_class *c, struct kv_item *it);
+
+/* qsbr.c */
 void kv_retire(struct kv_store *s, unsigned w, struct kv_item *it);
 void kv_hold(struct kv_store *s, unsigned w, struct kv_item *it);
 void kv_worker_online(struct kv_store *s, unsigned w);
+/* Reuse what is safe in @w's limbo (unless @quiesced, @w's own views are held too);
+ * returns chunks freed. */
+unsigned reclaim(struct kv_store *s, unsigned w, bool quiesced);
+/* Take the limbo of workers gone offline into @k's. */
+void adopt_orphans(struct kv_store *s, struct kv_worker *k);
 
 /* store.c, for eviction: unlink @it if it is still linked; caller holds its stripe. */
 uint64_t kv_hash(const char *key, size_t nkey);

@@ -23,6 +23,8 @@
  *               interval for the p99.
  *   engine.c    the client application: connections, the schedule, sends, responses,
  *               timeouts, reconnects, per-point statistics; closed-loop mode.
+ *   sched.c     the schedule's arithmetic (points, segments, rate(t), the next arrival),
+ *               with engine.h, the engine's private state.
  *   output.c    the human table, the JSON document, progress lines.
  *   main.c      the command line.
  *

@@ -401,8 +401,12 @@ def table(res):
         for name, r in runs.items():
             own = " · ".join(f"{r['own'][str(f)]['p50']:.0f} / {r['own'][str(f)]['p99']:.0f}"
                              + ("" if r["own"][str(f)]["valid"] else "*") for f in OWN)
-            ratio = (f"{r['at_slo']['500'] / mc['at_slo']['500']:.2f}×"
-                     if mc and mc["at_slo"]["500"] else "–")
+            if not mc:
+                ratio = "no memcached run"
+            elif mc["at_slo"]["500"]:
+                ratio = f"{r['at_slo']['500'] / mc['at_slo']['500']:.2f}×"
+            else:
+                ratio = "memcached: no point ≤ 500 µs"
             b = r.get("busy_at_saturation", {})
             busy = f"{b['server_busy']:.0%}" if "server_busy" in b else "?"
             out.append(f"| {name} | {fmt_rate(r['saturation_rps'])} ({busy}) | "

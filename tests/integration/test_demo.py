@@ -43,7 +43,7 @@ def test_demo_quick(root):
     for row in rows[:len(servers)]:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1][0].isdigit(), row                 # saturation
-        assert cells[-1].endswith("×"), row               # ratio to memcached
+        assert cells[-1].endswith("×") or cells[-1] == "memcached: no point ≤ 500 µs", row
     if is_root:
         assert "interface: XDP " in md, md.splitlines()[0]
 

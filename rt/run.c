@@ -1,6 +1,7 @@
 /* run.c: fp_rt_run(): the runtime's options, startup steps, worker threads, pinning and signals. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
@@ -62,6 +63,25 @@ const char *const fp_rt_option_names[] = {
 	"spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed",
 	"rcv-buf", "max-conns", "stats", NULL,
 };
+
+struct option *fp_rt_getopt_table(const struct option *own)
+{
+	size_t n_own = 0, n_rt = 0;
+	struct option *all;
+
+	while (own[n_own].name)
+		n_own++;
+	while (fp_rt_option_names[n_rt])
+		n_rt++;
+	all = calloc(n_own + n_rt + 1, sizeof(*all));
+	if (!all)
+		return NULL;
+	memcpy(all, own, n_own * sizeof(*all));
+	for (size_t i = 0; i < n_rt; i++)
+		all[n_own + i] = (struct option){ fp_rt_option_names[i], required_argument, NULL,
+						  FP_RT_OPT_BASE + (int)i };
+	return all;
+}
 
 /* Unsigned decimal (or 0x hex) in [lo, hi], with an optional K/M/G suffix when @scaled. */
 static int opt_u64(const char *opt, const char *val, uint64_t lo, uint64_t hi, bool scaled,

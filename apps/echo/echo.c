@@ -16,7 +16,7 @@
  * subcommand's options, then the runtime's.
  */
 
-#define OPT_RT_BASE 1000   /* getopt value of runtime option i: OPT_RT_BASE + i */
+#define OPT_RT_BASE FP_RT_OPT_BASE
 
 enum {
 	OPT_PORT = 'p', OPT_UDP = 'u', OPT_SERVER = 's', OPT_CONNS = 'c', OPT_SIZE = 'z',
@@ -163,22 +163,12 @@ static void parse_server(struct echo_opts *o, const char *val)
 /* The subcommand's table followed by the runtime's options; NULL-terminated. */
 static struct option *build_opts(const struct option *own)
 {
-	size_t n_own = 0, n_rt = 0;
-	struct option *all;
+	struct option *all = fp_rt_getopt_table(own);
 
-	while (own[n_own].name)
-		n_own++;
-	while (fp_rt_option_names[n_rt])
-		n_rt++;
-	all = calloc(n_own + n_rt + 1, sizeof(*all));
 	if (!all) {
 		fprintf(stderr, "fp-echo: out of memory\n");
 		exit(1);
 	}
-	memcpy(all, own, n_own * sizeof(*all));
-	for (size_t i = 0; i < n_rt; i++)
-		all[n_own + i] = (struct option){ fp_rt_option_names[i], required_argument, NULL,
-						  OPT_RT_BASE + (int)i };
 	return all;
 }
 

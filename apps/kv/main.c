@@ -29,7 +29,7 @@
 
 #define KV_TICK_US        1000
 #define KV_MIN_PENDING    (4u << 20)
-#define OPT_RT_BASE       1000   /* getopt value of runtime option i */
+#define OPT_RT_BASE       FP_RT_OPT_BASE   /* getopt value of runtime option i */
 
 struct kv_main {
 	struct fp_rt_config rt;
@@ -400,18 +400,10 @@ static void take_opt(struct kv_main *m, int c, const char *val)
 /* Our table followed by the runtime's options; NULL-terminated. */
 static struct option *build_opts(void)
 {
-	size_t n_own = sizeof(own_opts) / sizeof(own_opts[0]) - 1, n_rt = 0;
-	struct option *all;
+	struct option *all = fp_rt_getopt_table(own_opts);
 
-	while (fp_rt_option_names[n_rt])
-		n_rt++;
-	all = calloc(n_own + n_rt + 1, sizeof(*all));
 	if (!all)
 		usage_error("out of memory");
-	memcpy(all, own_opts, n_own * sizeof(*all));
-	for (size_t i = 0; i < n_rt; i++)
-		all[n_own + i] = (struct option){ fp_rt_option_names[i], required_argument, NULL,
-						  OPT_RT_BASE + (int)i };
 	return all;
 }
 

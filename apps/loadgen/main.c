@@ -18,7 +18,7 @@
  * a run cut short by SIGINT/SIGTERM reports what it measured and exits 130.
  */
 
-#define OPT_RT_BASE 1000   /* getopt value of runtime option i: OPT_RT_BASE + i */
+#define OPT_RT_BASE FP_RT_OPT_BASE
 
 enum {
 	OPT_SERVER = 's', OPT_PROTO = 'P', OPT_RATE = 'r', OPT_CONNS = 'c', OPT_DURATION = 'd',
@@ -338,18 +338,10 @@ static void take_opt(struct lg_args *a, int c, const char *val)
 /* The long options: ours, then the runtime's. */
 static struct option *build_opts(void)
 {
-	size_t n_own = FP_ARRAY_SIZE(lg_opts) - 1, n_rt = 0;
-	struct option *all;
+	struct option *all = fp_rt_getopt_table(lg_opts);
 
-	while (fp_rt_option_names[n_rt])
-		n_rt++;
-	all = calloc(n_own + n_rt + 1, sizeof(*all));
 	if (!all)
 		usage_error("out of memory");
-	memcpy(all, lg_opts, n_own * sizeof(*all));
-	for (size_t i = 0; i < n_rt; i++)
-		all[n_own + i] = (struct option){ fp_rt_option_names[i], required_argument, NULL,
-						  OPT_RT_BASE + (int)i };
 	return all;
 }
 

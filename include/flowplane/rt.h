@@ -97,6 +97,15 @@ extern const char fp_rt_options_help[];
  * argument), NULL-terminated. */
 extern const char *const fp_rt_option_names[];
 
+/* getopt_long's value for runtime option i (fp_rt_option_names[i]): FP_RT_OPT_BASE + i,
+ * above any character an application's short options use. */
+#define FP_RT_OPT_BASE 1000
+
+/* An application's getopt_long table: @own (ended by an all-zero entry) followed by every
+ * runtime option, as FP_RT_OPT_BASE + i. NULL when out of memory; free() it. */
+struct option;
+struct option *fp_rt_getopt_table(const struct option *own);
+
 /*
  * Run @app on every worker until stopped. Returns 0, the status given to fp_ctx_stop(), or
  * -errno when startup failed (after printing one line saying what to do on stderr).

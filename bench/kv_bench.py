@@ -200,7 +200,6 @@ class Bench:
         per second, and how busy each side was, to tell whose limit it is. flowplane's
         processes report their loop's busy share (fp-stats; polling keeps the CPU at 100%
         either way); memcached's is CPU 0's non-idle share from /proc/stat."""
-        box = {}
         proc = subprocess.Popen(
             [sys.executable, "-c", STATS_PROBE, str(self.build / "tools" / "fp-stats"),
              SRV_STATS if server != "memcached" else "", CLI_STATS,
@@ -315,11 +314,6 @@ def rss_kib(pid):
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def server_pid(p):
-    """The server's own pid under taskset/ip netns exec (they exec, so it is p.pid)."""
-    return p.pid
-
-
 def memory(a):
     """Resident memory per item: N USR items (19-byte keys, 2-byte values) stored in each
     server on loopback (kernel transport client), RSS after minus RSS before, over N."""
@@ -333,11 +327,11 @@ def memory(a):
                 p, addr = b.start_server(s, w)
                 try:
                     time.sleep(0.5)
-                    before = rss_kib(server_pid(p))
+                    before = rss_kib(p.pid)
                     b.loadgen(w, addr, "usr", ["--records", str(a.memory), "--closed", "1",
                                                "--warmup", "0", "--duration", "0.2"],
                               tmp / "mem.json", 600)
-                    after = rss_kib(server_pid(p))
+                    after = rss_kib(p.pid)
                 finally:
                     b.stop(p)
                 res[s] = {"items": a.memory, "rss_before_kib": before, "rss_after_kib": after,

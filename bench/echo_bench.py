@@ -32,7 +32,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from netns import Topo  # noqa: E402
+from netns import Topo, stop_process  # noqa: E402
 
 PORT = 7
 
@@ -83,13 +83,7 @@ class Bench:
         raise RuntimeError(f"server {kind} did not come up")
 
     def stop(self, p):
-        if p.poll() is None:
-            p.send_signal(2)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_process(p)
 
     def totals(self, name):
         r = self.topo.sh(self.topo.srv_ns, self.stats_exe, "--name", name, "--totals")

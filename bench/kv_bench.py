@@ -42,7 +42,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from netns import Topo  # noqa: E402
+from netns import Topo, stop_process  # noqa: E402
 
 PORT = 11211
 FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1)
@@ -153,13 +153,7 @@ class Bench:
         raise RuntimeError(f"{server} did not answer on {addr}:{PORT} within 20 s")
 
     def stop(self, p):
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_process(p)
         if p in self.procs:
             self.procs.remove(p)
 

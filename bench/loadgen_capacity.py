@@ -45,7 +45,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from netns import Topo  # noqa: E402
+from netns import Topo, stop_process  # noqa: E402
 
 PORT = 7
 
@@ -87,13 +87,7 @@ class Bench:
 
     def stop_server(self):
         p, self.server = self.server, None
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGINT)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_process(p)
 
     # -- one point ----------------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from netns import Topo  # noqa: E402
+from netns import Topo, stop_process  # noqa: E402
 
 PORT = 11211
 RECORDS = 10000
@@ -99,13 +99,7 @@ class Bench:
 
     def stop_server(self):
         p, self.server = self.server, None
-        if p is not None and p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_process(p, signal.SIGTERM)
 
     # -- the two clients ----------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ Names are at most 15 bytes (IFNAMSIZ), so a tag is at most 8 characters.
 import argparse
 import ipaddress
 import os
+import signal
 import subprocess
 import sys
 
@@ -107,6 +108,18 @@ class Topo:
                 f" flowplane {self.fp_srv_ip}\n"
                 f"client netns {self.cli_ns}: {self.cli_if} kernel {self.cli_ip}/{self.prefix},"
                 f" flowplane {self.fp_cli_ip}")
+
+
+def stop_process(p, sig=signal.SIGINT, grace_s=10):
+    """Stop @p (a Popen) with @sig, and kill it if it has not exited within @grace_s."""
+    if p is None or p.poll() is not None:
+        return
+    p.send_signal(sig)
+    try:
+        p.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 def main(argv=None):

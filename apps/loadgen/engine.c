@@ -34,7 +34,7 @@
  * pass that waits for it on the TSC when it falls due within the round a send costs
  * (lg_run_due). It picks a connection uniformly at random and is sent at once if that
  * connection has fewer than --depth requests in flight, else it waits in the
- * connection's backlog (LG_BACKLOG deep; beyond that it is dropped and counted). Its latency runs from s, the scheduled
+ * connection's backlog (--backlog deep; beyond that it is dropped and counted). Its latency runs from s, the scheduled
  * time, to its response, whatever it waited for: coordinated omission cannot hide
  * queueing. Its slip (issue time - s) measures the generator itself, and the gaps
  * between consecutive issues on a worker feed the KS test of the arrival process. A pass
@@ -224,7 +224,7 @@ static bool lg_enqueue(struct lg_worker *w, struct lg_conn *cn, uint64_t sched, 
 {
 	struct lg_req *r;
 
-	if (cn->n_back >= LG_BACKLOG || cn->n_in + cn->n_back >= w->cap)
+	if (cn->n_back >= w->e->cfg->backlog || cn->n_in + cn->n_back >= w->cap)
 		return false;
 	r = lg_slot(w, cn, cn->n_in + cn->n_back);
 	memset(r, 0, sizeof(*r));
@@ -753,7 +753,7 @@ static struct lg_worker *lg_worker_new(struct lg_engine *e, unsigned id)
 	w->id = id;
 	w->n_conns = cfg->conns / e->n_workers + (id < cfg->conns % e->n_workers);
 	w->depth = cfg->closed ? cfg->closed : cfg->depth;
-	w->cap = w->depth + (cfg->closed ? 0 : LG_BACKLOG);
+	w->cap = w->depth + (cfg->closed ? 0 : cfg->backlog);
 	if (w->cap < LG_PRELOAD_DEPTH)
 		w->cap = LG_PRELOAD_DEPTH;
 	w->buf_cap = cfg->ops->max_request(e->proto);

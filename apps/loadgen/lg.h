@@ -371,7 +371,9 @@ void lg_point_verdict(const struct lg_point *pt, lg_cdf_fn cdf, double max_slip_
 
 #define LG_MAX_CONNS      100000u  /* connections in all */
 #define LG_MAX_DEPTH      1024u    /* --depth and --closed */
-#define LG_BACKLOG        32u      /* requests waiting for room on one connection; beyond:
+#define LG_MAX_BACKLOG    65536u   /* --backlog */
+#define LG_MAX_SLOTS      (1u << 24) /* conns x (depth + backlog): request slots in all */
+#define LG_BACKLOG        32u      /* default --backlog: requests waiting for room on one connection; beyond:
 				    * dropped (counted) */
 #define LG_POLL_BURST     64u      /* arrivals one poll pass issues at most; the rest are
 				    * late, and their slip says so */
@@ -400,6 +402,7 @@ struct lg_config {
 	double window_s;
 	unsigned closed;                  /* K outstanding per connection; 0 = open loop */
 	unsigned conns, depth;
+	unsigned backlog;                 /* requests waiting per connection before drops */
 	double warmup_s, duration_s;      /* duration: per point, or the whole pattern */
 	double timeout_ms, max_slip_us, slo_us;
 	bool preload, quiet;

@@ -25,7 +25,7 @@ enum {
 	OPT_WARMUP = 'w', OPT_JSON = 'j', OPT_QUIET = 'q', OPT_HELP = 'h',
 	OPT_WORKLOAD = 300, OPT_KEYSIZE, OPT_VALUESIZE, OPT_GET_RATIO, OPT_RECORDS, OPT_SIZE,
 	OPT_SERVICE, OPT_ARRIVAL, OPT_RATES, OPT_SWEEP, OPT_PATTERN, OPT_WINDOW, OPT_CLOSED,
-	OPT_DEPTH, OPT_TIMEOUT, OPT_PRELOAD, OPT_NO_PRELOAD, OPT_MAX_SLIP, OPT_SLO,
+	OPT_DEPTH, OPT_TIMEOUT, OPT_PRELOAD, OPT_NO_PRELOAD, OPT_MAX_SLIP, OPT_BACKLOG, OPT_SLO,
 };
 
 static const struct option lg_opts[] = {
@@ -47,6 +47,7 @@ static const struct option lg_opts[] = {
 	{ "closed", required_argument, NULL, OPT_CLOSED },
 	{ "conns", required_argument, NULL, OPT_CONNS },
 	{ "depth", required_argument, NULL, OPT_DEPTH },
+	{ "backlog", required_argument, NULL, OPT_BACKLOG },
 	{ "warmup", required_argument, NULL, OPT_WARMUP },
 	{ "duration", required_argument, NULL, OPT_DURATION },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
@@ -87,6 +88,8 @@ static const char usage[] =
 	"  --closed K            closed loop: K requests in flight per connection (one point)\n"
 	"  --conns N             connections in all, spread over the workers (default 16)\n"
 	"  --depth D             requests in flight per connection (default 1)\n"
+	"  --backlog N           open loop: requests that may wait for room on one\n"
+	"                        connection; beyond that they are dropped (default 32)\n"
 	"  --warmup S            seconds of unmeasured load first (default 1)\n"
 	"  --duration S          seconds per point (default 5; a pattern: in all)\n"
 	"  --timeout MS          a request unanswered this long is a timeout; its\n"
@@ -322,6 +325,9 @@ static void take_opt(struct lg_args *a, int c, const char *val)
 		break;
 	case OPT_CONNS: cfg->conns = (unsigned)parse_num("conns", val, 1, LG_MAX_CONNS, true); break;
 	case OPT_DEPTH: cfg->depth = (unsigned)parse_num("depth", val, 1, LG_MAX_DEPTH, true); break;
+	case OPT_BACKLOG:
+		cfg->backlog = (unsigned)parse_num("backlog", val, 1, LG_MAX_BACKLOG, true);
+		break;
 	case OPT_WARMUP: cfg->warmup_s = parse_num("warmup", val, 0, 1e6, false); break;
 	case OPT_DURATION: cfg->duration_s = parse_num("duration", val, 1e-3, 1e6, false); break;
 	case OPT_TIMEOUT: cfg->timeout_ms = parse_num("timeout", val, 1, 1e7, false); break;
@@ -392,6 +398,7 @@ static void defaults(struct lg_config *c, int argc, char **argv)
 	c->window_s = 1;
 	c->conns = 16;
 	c->depth = 1;
+	c->backlog = LG_BACKLOG;
 	c->warmup_s = 1;
 	c->duration_s = 5;
 	c->timeout_ms = 1000;
@@ -422,6 +429,9 @@ static void finish_config(struct lg_args *a)
 		usage_error("give the load: --rate, --rates, --sweep, --pattern or --closed");
 	if (a->window_set && !c->pattern_spec)
 		usage_error("--window applies to --pattern only");
+	if ((uint64_t)c->conns * (c->depth + c->backlog) > LG_MAX_SLOTS)
+		usage_error("--conns %u x (--depth %u + --backlog %u) request slots is more than %u:"
+			    " lower --backlog", c->conns, c->depth, c->backlog, LG_MAX_SLOTS);
 	if (c->conns < c->rt.n_workers)
 		usage_error("--conns %u is fewer than the %u workers: each needs one", c->conns,
 			    c->rt.n_workers);

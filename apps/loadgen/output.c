@@ -193,6 +193,7 @@ static void lg_json_config(FILE *f, const struct lg_config *cfg, const struct lg
 		"\"closed\": %u, ", cfg->conns, cfg->closed ? cfg->closed : cfg->depth,
 		cfg->rt.n_workers, cfg->rt.transport == FP_TRANSPORT_XDP ? "xdp" : "kernel",
 		cfg->closed);
+	fprintf(f, "\"backlog\": %u, ", cfg->backlog);
 	jkey_num(f, "warmup_s", cfg->warmup_s, true);
 	jkey_num(f, "duration_s", cfg->duration_s, true);
 	jkey_num(f, "timeout_ms", cfg->timeout_ms, true);

@@ -1,6 +1,7 @@
 """Shared fixtures for the integration tier: where the tree and the release build are."""
 import os
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -25,3 +26,22 @@ def run(args, **kw):
     """Run a command, capturing text output; never raises on a non-zero exit."""
     return subprocess.run([str(a) for a in args], capture_output=True, text=True,
                           timeout=kw.pop("timeout", 300), **kw)
+
+
+# Every outside tool the integration tier runs, and the Debian package that has it
+# (scripts/bootstrap installs them all). Checked once, up front: a missing tool stops the
+# tier with one line naming its package, not dozens of failures deep inside tests.
+TOOLS = {
+    "ip": "iproute2", "ethtool": "ethtool", "ping": "iputils-ping", "taskset": "util-linux",
+    "setpriv": "util-linux", "ps": "procps", "memcached": "memcached",
+    "memccapable": "libmemcached-tools",
+}
+ROOT_ONLY = {"ip", "ethtool", "ping"}
+
+
+def pytest_sessionstart(session):
+    need = {t: p for t, p in TOOLS.items() if os.geteuid() == 0 or t not in ROOT_ONLY}
+    missing = sorted({f"{t} (Debian package {p})" for t, p in need.items() if not shutil.which(t)})
+    if missing:
+        pytest.exit("integration tier: missing " + ", ".join(missing) +
+                    ": run scripts/bootstrap as root", returncode=3)

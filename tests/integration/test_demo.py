@@ -6,7 +6,12 @@ As root it is the real demo (three servers over a veth pair); otherwise the unpr
 """
 import json
 import os
+import pathlib
+import shutil
+import stat
 import subprocess
+import tempfile
+import uuid
 
 from conftest import run
 
@@ -19,17 +24,35 @@ def netns_names():
     return {line.split()[0] for line in r.stdout.splitlines() if line.strip()}
 
 
-def leftover_processes():
-    r = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True)
-    return [l for l in r.stdout.splitlines()
-            if ("fp-kv" in l or "fp-loadgen" in l or "memcached -U 0 -l" in l) and "ps -eo" not in l]
+def marked_env():
+    """The environment for a demo this test starts: a marker that every process the demo
+    starts inherits (ip netns exec, taskset and subprocess keep the environment), so the
+    leftover check sees only this test's processes, never another run's on the same machine."""
+    token = f"{os.getpid()}-{uuid.uuid4().hex}"
+    return dict(os.environ, FP_TEST_RUN=token), token
+
+
+def leftover_processes(token):
+    """Servers and generators still running that carry @token, as 'pid args'."""
+    want = f"FP_TEST_RUN={token}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            args = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue        # gone, or not ours to read
+        if want in env and any(n in args for n in (b"fp-kv", b"fp-loadgen", b"memcached")):
+            found.append(f"{pid} {args.decode(errors='replace').strip()}")
+    return found
 
 
 def test_demo_quick(root):
     is_root = os.geteuid() == 0
     before = netns_names()
     args = [root / "flowplane", "demo", "--quick"] + ([] if is_root else ["--loopback"])
-    r = run(args, timeout=900)
+    env, token = marked_env()
+    r = run(args, timeout=900, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     out = root / "results" / "demo"
     servers = SERVERS_ROOT if is_root else SERVERS_LOOPBACK
@@ -68,15 +91,26 @@ def test_demo_quick(root):
     # Nothing left behind.
     assert netns_names() <= before, netns_names() - before
     assert not any(n.startswith("fpdemo") for n in netns_names())
-    assert leftover_processes() == []
+    assert leftover_processes(token) == []
 
 
 def test_demo_without_root_explains(root):
     if os.geteuid() != 0:
         r = run([root / "flowplane", "demo"])
     else:
-        r = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                 root / "flowplane", "demo"])
+        # As root, run the entry point as nobody. The checkout itself may be out of nobody's
+        # reach (a clone under /root, mode 0700), so nobody runs a world-readable copy of the
+        # script: the root check comes before anything else in the tree is touched.
+        d = tempfile.mkdtemp(prefix="fp-demo-noroot-")
+        try:
+            os.chmod(d, 0o755)
+            script = pathlib.Path(d) / "flowplane"
+            shutil.copy(root / "flowplane", script)
+            script.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+            r = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                     script, "demo"], cwd=d)
+        finally:
+            shutil.rmtree(d)
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert "needs root" in r.stderr and "./flowplane demo --loopback" in r.stderr
 
@@ -92,13 +126,14 @@ def test_demo_interrupted_cleans_up(root):
     else:
         args = [root / "flowplane", "demo", "--quick"]
     before = netns_names()
+    env, token = marked_env()
     p = subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+                         text=True, start_new_session=True, env=env)
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not leftover_processes():
+        while time.time() < deadline and not leftover_processes(token):
             time.sleep(0.2)     # wait until a server or the generator is running
-        assert leftover_processes(), "the demo never started a server"
+        assert leftover_processes(token), "the demo never started a server"
         time.sleep(2)
         os.killpg(p.pid, signal.SIGINT)
         p.communicate(timeout=60)
@@ -108,7 +143,7 @@ def test_demo_interrupted_cleans_up(root):
             p.wait()
     assert p.returncode != 0
     deadline = time.time() + 10
-    while time.time() < deadline and (leftover_processes() or netns_names() - before):
+    while time.time() < deadline and (leftover_processes(token) or netns_names() - before):
         time.sleep(0.2)
-    assert leftover_processes() == []
+    assert leftover_processes(token) == []
     assert netns_names() <= before, netns_names() - before

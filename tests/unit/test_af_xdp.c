@@ -160,11 +160,32 @@ static int topo_up(void)
 	return ret;
 }
 
+/* The outside tools the rig runs, checked up front: a missing one fails the group with one
+ * line naming its Debian package, instead of tests failing deep inside. */
+static int tools_present(void)
+{
+	static const char *const need[][2] = {
+		{ "ip", "iproute2" }, { "ethtool", "ethtool" }, { "ping", "iputils-ping" },
+		{ "python3", "python3" }, { "sysctl", "procps" },
+	};
+	int ok = 1;
+
+	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
+		if (sh("command -v %s >/dev/null", need[i][0])) {
+			fprintf(stderr, "test_af_xdp: needs %s (Debian package %s): run "
+				"scripts/bootstrap as root\n", need[i][0], need[i][1]);
+			ok = 0;
+		}
+	return ok;
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
 	if (geteuid() != 0)
 		return 0;  /* every test skips */
+	if (!tools_present())
+		return -1;
 	remove_leftovers();
 	fp_log_set_sink(log_capture);
 	W.ready = topo_up() == 0;

@@ -10,19 +10,29 @@ pinned to CPU 0,
 
 and the client namespace runs fp-loadgen pinned to CPU 1, the same client for all three
 (flowplane's stack on AF_XDP by default: the fastest client here, so the servers, not the
-client, saturate first). For each server and workload:
+client, saturate first). The servers are measured in interleaved rounds (memcached,
+fp-kernel, fp-xdp, then again; --rounds, default 3), so a slow minute of a shared VM hits
+every server alike. In each round, for each server and workload:
 
   1. preload every key once;
-  2. find the saturation throughput: closed loop, many requests outstanding;
-  3. an open-loop Poisson sweep at fixed fractions of that saturation, plus the loads all
-     servers share (fractions of memcached's saturation), one fp-loadgen run, so every
-     point is measured by the same generator with its self-checks.
+  2. find the saturation throughput: closed loop, one request outstanding per connection;
+  3. an open-loop Poisson sweep at fractions of that saturation, plus the loads all
+     servers share (fractions of the round's memcached saturation), one fp-loadgen run;
+  4. a second run placed where the p99 crosses each SLO (500 and 100 us): two rates
+     evenly inside each bracket, so the SLO throughput is interpolated between close
+     points rather than read off the last point under the line.
 
-Reported per server: saturation, the highest achieved throughput whose p99 meets each SLO
-(500 us and 100 us; from the sweep's points, not interpolated), p50/p99 at 10%, 50% and
-90% of its own saturation and at the common loads, and ratios against memcached. Writes
-OUT/<workload>-<server>.json (fp-loadgen's JSON), OUT/summary.json, OUT/summary.md and
-OUT/<workload>.png (latency-throughput curves with the SLO line).
+Every point carries the generator's own checks (send slip, achieved rate, timeouts); a
+point that fails them is invalid: kept, shown as such, never used for an SLO figure. Each
+run also records the machine's steal time (/proc/stat) and the server's TCP
+retransmissions (fp-stats for flowplane's stack, the namespace's /proc/net/snmp for
+Linux's), so stalls and spurious retransmissions are in the report, not hidden in a p99.
+
+Reported per server: every figure as the median over rounds with its min-max, and each
+ratio against memcached computed within a round, then summarised the same way: a "win"
+or "loss" only when its whole range is on one side of 1, otherwise "within noise".
+Writes OUT/<workload>-<server>-r<k>.json (fp-loadgen's JSON, sweep and refinement
+points together), OUT/summary.json, OUT/summary.md and OUT/<workload>.png.
 
 Without root (--loopback): memcached and fp-kv on the kernel transport on 127.0.0.1, no
 namespaces and no AF_XDP (server CPU 0, client CPU 1, client on the kernel transport).
@@ -45,7 +55,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo, stop_process  # noqa: E402
 
 PORT = 11211
-FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1)
+FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.85, 1.0)
 OWN = (0.1, 0.5, 0.9)           # p50/p99 reported at these fractions of a server's saturation
 COMMON = (0.1, 0.5, 0.9)        # ... and at these fractions of memcached's
 SLOS_US = (500, 100)
@@ -224,29 +234,69 @@ class Bench:
         self.loadgen(w, addr, workload, ["--closed", "1", "--warmup", "0", "--duration", "0.2"],
                      tmp / "preload.json", 120)
 
+    # -- stalls and retransmissions ----------------------------------------------------------
+
+    def server_counters(self, server, w):
+        """The server's counters so far: TCP retransmissions (flowplane's stack counter for
+        fp-xdp, Linux's RetransSegs in the server's namespace, or the host's on loopback,
+        for the others) and, for flowplane's servers, its loop gaps (count, total ns)."""
+        c = {"rexmit": None, "gaps": None, "gap_ns": None}
+        if server != "memcached":
+            r = subprocess.run([self.build / "tools" / "fp-stats", "--name", SRV_STATS,
+                                "--totals"], capture_output=True, text=True)
+            if r.returncode == 0:
+                wks = json.loads(r.stdout)["workers"]
+                c["gaps"] = sum(wk.get("gaps", 0) for wk in wks)
+                c["gap_ns"] = sum(wk.get("gap_ns", 0) for wk in wks)
+                if server == "fp-xdp":
+                    c["rexmit"] = sum(wk["net"].get("tcp_rexmit", 0) for wk in wks)
+        if server == "fp-xdp":
+            return c
+        if w.topo:
+            r = w.topo.sh(w.topo.srv_ns, "cat", "/proc/net/snmp", check=False)
+            text = r.stdout if r.returncode == 0 else ""
+        else:
+            text = pathlib.Path("/proc/net/snmp").read_text()
+        rows = [l.split() for l in text.splitlines() if l.startswith("Tcp:")]
+        if len(rows) >= 2 and "RetransSegs" in rows[0]:
+            c["rexmit"] = int(rows[1][rows[0].index("RetransSegs")])
+        return c
+
     # -- one run --------------------------------------------------------------------------
 
     def run(self):
         self.out.mkdir(parents=True, exist_ok=True)
         tmp = pathlib.Path(tempfile.mkdtemp(prefix="fp-kv-bench-"))
         servers = [s for s in SERVERS if s in self.a.servers]
-        res = {"machine": machine(), "config": vars(self.a).copy(), "runs": {}}
+        res = {"machine": machine(), "config": vars(self.a).copy(), "rounds": []}
+        plan = self.a.rounds * len(servers) * len(self.a.workloads)
+        done, t0 = 0, time.time()
         with Where(self.a) as w:
             try:
-                for wl in self.a.workloads:
-                    mc_sat = None
-                    for s in servers:
-                        r = self.one(w, s, wl, mc_sat, tmp)
-                        res["runs"][f"{wl}/{s}"] = r
-                        if s == "memcached":
-                            mc_sat = r["saturation_rps"]
+                for k in range(self.a.rounds):
+                    rnd = {}
+                    for wl in self.a.workloads:
+                        mc_sat = None
+                        for s in servers:
+                            left = ""
+                            if done:
+                                eta = (time.time() - t0) / done * (plan - done)
+                                left = f", about {eta / 60:.1f} min left"
+                            log(f"round {k + 1}/{self.a.rounds}: {wl} / {s} "
+                                f"({done + 1} of {plan} runs{left})")
+                            r = self.one(w, s, wl, mc_sat, tmp, k)
+                            rnd[f"{wl}/{s}"] = r
+                            done += 1
+                            if s == "memcached":
+                                mc_sat = r["saturation_rps"]
+                    res["rounds"].append(rnd)
             finally:
                 self.kill_all()
         res["machine"]["interface_mode"] = self.iface_mode or "none (no AF_XDP server run)"
+        res["runs"] = aggregate(res["rounds"])
         return res
 
-    def one(self, w, server, wl, mc_sat, tmp):
-        log(f"{wl} / {server}: starting")
+    def one(self, w, server, wl, mc_sat, tmp, k):
         p, addr = self.start_server(server, w)
         try:
             self.preload(w, addr, wl, tmp)
@@ -257,13 +307,27 @@ class Bench:
             if mc_sat:
                 rates |= {round(f * mc_sat) for f in COMMON}
             rates = sorted(r for r in rates if r > 0)
-            path = self.out / f"{wl}-{server}.json"
+            path = self.out / f"{wl}-{server}-r{k + 1}.json"
+            c0, st0, t0 = self.server_counters(server, w), steal_jiffies(), time.time()
             j = self.sweep(w, addr, wl, rates, path)
+            extra = refine_rates(j["points"])
+            if extra:
+                log(f"{wl} / {server}: {len(extra)} more points where p99 crosses the SLOs")
+                j2 = self.sweep(w, addr, wl, extra, tmp / "refine.json")
+                j["points"] = sorted(j["points"] + j2["points"], key=lambda q: q["target_rps"])
+                path.write_text(json.dumps(j, indent=1))
+            c1, st1, t1 = self.server_counters(server, w), steal_jiffies(), time.time()
             log(f"{wl} / {server}: {len(j['points'])} points -> {path}")
         finally:
             self.stop(p)
         r = summarize(j, sat, mc_sat, str(path))
         r["busy_at_saturation"] = busy
+        for k, name in (("rexmit", "server_retransmits"), ("gaps", "server_loop_gaps"),
+                        ("gap_ns", "server_gap_ns")):
+            r[name] = c1[k] - c0[k] if c0[k] is not None and c1[k] is not None else None
+        r["measured_s"] = t1 - t0
+        r["steal_share"] = steal_share(st0, st1)
+        r["completed"] = sum(q["completed"] for q in j["points"])
         return r
 
 
@@ -353,12 +417,65 @@ def near(points, rate):
     return min(points, key=lambda p: abs(p["target_rps"] - rate))
 
 
+def steal_jiffies():
+    """(steal, total) jiffies of the whole machine from /proc/stat's first line."""
+    with open("/proc/stat") as f:
+        v = list(map(int, f.readline().split()[1:9]))
+    return v[7], sum(v)
+
+
+def steal_share(a, b):
+    return (b[0] - a[0]) / max(1, b[1] - a[1])
+
+
+def slo_bracket(pts, slo):
+    """The two valid points, lightest load first, between which p99 last crosses @slo
+    upwards: the heaviest valid point that meets it and the next valid point above it
+    (None when it is the heaviest); (None, lightest) when no valid point meets it. The last
+    crossing, not the first: a lone spike at a light load (a stall of the VM) must not
+    set the figure to zero; the spike stays in the table and the plot."""
+    v = sorted((q for q in pts if q["valid"]), key=lambda q: q["target_rps"])
+    ok = [i for i, q in enumerate(v) if q["latency_us"]["p99"] <= slo]
+    if not ok:
+        return None, (v[0] if v else None)
+    i = ok[-1]
+    return v[i], (v[i + 1] if i + 1 < len(v) else None)
+
+
+def slo_throughput(pts, slo):
+    """The throughput at which p99 reaches @slo, interpolated linearly between the two
+    valid points that bracket the crossing, and how it was found."""
+    lo, hi = slo_bracket(pts, slo)
+    if lo is None:
+        return 0.0, "p99 over the SLO at the lightest valid load" if hi else "no valid point"
+    if hi is None:
+        return lo["achieved_rps"], "not crossed: the heaviest valid point"
+    a1, l1 = lo["achieved_rps"], lo["latency_us"]["p99"]
+    a2, l2 = hi["achieved_rps"], hi["latency_us"]["p99"]
+    x = a1 + (a2 - a1) * (slo - l1) / (l2 - l1) if l2 > l1 else a1
+    return max(min(x, max(a1, a2)), min(a1, a2)), \
+        f"interpolated between {fmt_rate(a1)} and {fmt_rate(a2)}"
+
+
+def refine_rates(pts):
+    """Two rates evenly inside each SLO's bracket (by target rate), for a second run."""
+    have = {round(p["target_rps"]) for p in pts}
+    extra = set()
+    for slo in SLOS_US:
+        lo, hi = slo_bracket(pts, slo)
+        if lo and hi:
+            t1, t2 = lo["target_rps"], hi["target_rps"]
+            extra |= {round(t1 + (t2 - t1) * f) for f in (1 / 3, 2 / 3)}
+    return sorted(r for r in extra - have if r > 0)
+
+
 def summarize(j, sat, mc_sat, path):
     pts = j["points"]
-    s = {"saturation_rps": sat, "json": path, "at_slo": {}, "own": {}, "common": {}}
+    s = {"saturation_rps": sat, "json": path, "at_slo": {}, "at_slo_how": {}, "own": {},
+         "common": {}, "points": len(pts), "invalid_points": sum(not p["valid"] for p in pts),
+         "slip_p99_max_us": max((p["slip_us"]["p99"] for p in pts), default=0.0)}
     for slo in SLOS_US:
-        ok = [p["achieved_rps"] for p in pts if p["valid"] and p["latency_us"]["p99"] <= slo]
-        s["at_slo"][str(slo)] = max(ok) if ok else 0.0
+        s["at_slo"][str(slo)], s["at_slo_how"][str(slo)] = slo_throughput(pts, slo)
     for f in OWN:
         p = near(pts, f * sat)
         s["own"][str(f)] = {"rate": p["achieved_rps"], "p50": p["latency_us"]["p50"],
@@ -371,57 +488,161 @@ def summarize(j, sat, mc_sat, path):
     return s
 
 
+def spread(vals):
+    """Median and min-max of the values that exist (None: not measured)."""
+    v = sorted(x for x in vals if x is not None)
+    if not v:
+        return None
+    n = len(v)
+    med = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    return {"median": med, "min": v[0], "max": v[-1], "n": n}
+
+
+def verdict(st):
+    """A ratio's spread against 1: a win or a loss only when the whole range is one side."""
+    if st is None:
+        return "not measured"
+    if st["n"] < 2:
+        return "one round: no spread"
+    if st["min"] > 1:
+        return "win"
+    if st["max"] < 1:
+        return "loss"
+    return "within noise"
+
+
+def aggregate(rounds):
+    """Per workload/server: each figure's spread over rounds, and ratios against the same
+    round's memcached (so a slow round slows both sides of a ratio alike)."""
+    out = {}
+    for key in rounds[0]:
+        wl = key.split("/")[0]
+        rs = [r[key] for r in rounds if key in r]
+        mcs = [r.get(f"{wl}/memcached") for r in rounds if key in r]
+
+        def ratio(get, pairs=list(zip(rs, mcs))):
+            return spread([get(a) / get(m) if m and get(m) else None for a, m in pairs])
+
+        agg = {"saturation_rps": spread([r["saturation_rps"] for r in rs])["median"],
+               "json": rs[-1]["json"], "rounds": len(rs),
+               "saturation": spread([r["saturation_rps"] for r in rs]),
+               "at_slo": {k: spread([r["at_slo"][k] for r in rs]) for k in rs[0]["at_slo"]},
+               "vs_memcached": {
+                   "saturation": ratio(lambda r: r["saturation_rps"]),
+                   **{f"slo_{k}": ratio(lambda r, k=k: r["at_slo"][k]) for k in rs[0]["at_slo"]}},
+               "common": {}, "own": {},
+               "steal_share": spread([r.get("steal_share") for r in rs]),
+               "retransmits_per_1k": spread([1000 * r["server_retransmits"] / r["completed"]
+                                             if r.get("server_retransmits") is not None
+                                             and r.get("completed") else None for r in rs]),
+               "server_gap_share": spread([r["server_gap_ns"] / 1e9 / r["measured_s"]
+                                           if r.get("server_gap_ns") is not None
+                                           and r.get("measured_s") else None for r in rs]),
+               "server_loop_gaps": spread([r.get("server_loop_gaps") for r in rs]),
+               "invalid_points": sum(r["invalid_points"] for r in rs),
+               "points": sum(r["points"] for r in rs),
+               "slip_p99_max_us": max(r["slip_p99_max_us"] for r in rs)}
+        agg["verdict"] = {k: verdict(v) for k, v in agg["vs_memcached"].items()}
+        for part in ("common", "own"):
+            for f in {f for r in rs for f in r[part]}:
+                cells = [r[part][f] for r in rs if f in r[part]]
+                agg[part][f] = {q: spread([c[q] for c in cells]) for q in ("rate", "p50", "p99")}
+                agg[part][f]["invalid"] = sum(not c["valid"] for c in cells)
+        out[key] = agg
+    return out
+
+
 def fmt_rate(r):
     return f"{r / 1e3:,.0f}k" if r >= 1e3 else f"{r:.0f}"
 
 
+def fmt_spread(st, f=fmt_rate):
+    if st is None:
+        return "–"
+    if st["n"] < 2 or st["min"] == st["max"]:
+        return f(st["median"])
+    return f"{f(st['median'])} ({f(st['min'])}–{f(st['max'])})"
+
+
+def fmt_ratio(st):
+    return fmt_spread(st, lambda x: f"{x:.2f}×")
+
+
 def table(res):
     m = res["machine"]
+    c = res["config"]
     out = [f"Machine: {m['cpu']}, {m['cores']} cores, Linux {m['kernel']}; "
-           f"interface: {m['interface_mode']}; {m['memcached']}.", ""]
-    for wl in res["config"]["workloads"]:
+           f"interface: {m['interface_mode']}; {m['memcached']}.",
+           "",
+           f"Measured {m.get('date', '?')} by `{m.get('command', './flowplane demo')}`: "
+           f"{c['rounds']} interleaved round(s), {c['duration']:g} s per point; every figure is "
+           "the median over rounds (min–max); ratios are taken within a round.", ""]
+    for wl in c["workloads"]:
         runs = {k.split("/")[1]: v for k, v in res["runs"].items() if k.startswith(wl + "/")}
         mc = runs.get("memcached")
         out += [f"### {wl.upper()}", "",
-                "| server | saturation (server busy) | at p99 ≤ 500 µs | at p99 ≤ 100 µs | "
-                "p50 / p99 µs at 10% / 50% / 90% of own saturation | vs memcached (500 µs SLO) |",
-                "|---|---|---|---|---|---|"]
+                "| server | saturation | at p99 ≤ 500 µs | at p99 ≤ 100 µs | "
+                "vs memcached: saturation | vs memcached: at 500 µs | vs memcached: at 100 µs |",
+                "|---|---|---|---|---|---|---|"]
         for name, r in runs.items():
-            own = " · ".join(f"{r['own'][str(f)]['p50']:.0f} / {r['own'][str(f)]['p99']:.0f}"
-                             + ("" if r["own"][str(f)]["valid"] else "*") for f in OWN)
-            if not mc:
-                ratio = "no memcached run"
-            elif mc["at_slo"]["500"]:
-                ratio = f"{r['at_slo']['500'] / mc['at_slo']['500']:.2f}×"
+            vs = r["vs_memcached"]
+            cells = [fmt_spread(r["saturation"]), fmt_spread(r["at_slo"]["500"]),
+                     fmt_spread(r["at_slo"]["100"])]
+            if name == "memcached":
+                cells += ["1", "1", "1"]
             else:
-                ratio = "memcached: no point ≤ 500 µs"
-            b = r.get("busy_at_saturation", {})
-            busy = f"{b['server_busy']:.0%}" if "server_busy" in b else "?"
-            out.append(f"| {name} | {fmt_rate(r['saturation_rps'])} ({busy}) | "
-                       f"{fmt_rate(r['at_slo']['500'])} | {fmt_rate(r['at_slo']['100'])} | "
-                       f"{own} | {ratio} |")
+                cells += [f"{fmt_ratio(vs[k])} {verdict_word(r['verdict'][k])}"
+                          for k in ("saturation", "slo_500", "slo_100")]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
         if mc:
-            mc["common"] = mc["own"]
-            out += ["", "Common loads (fractions of memcached's saturation), p50 / p99 µs:", "",
-                    "| server | " + " | ".join(f"{int(f * 100)}% ({fmt_rate(f * mc['saturation_rps'])})"
-                                               for f in COMMON) + " |",
-                    "|---|" + "---|" * len(COMMON)]
+            out += ["", "p50 / p99 µs at common loads (fractions of each round's memcached "
+                    "saturation; median over rounds, p99's min–max):", "",
+                    "| server | " + " | ".join(
+                        f"{int(f * 100)}% ({fmt_rate(f * mc['saturation_rps'])})" for f in COMMON)
+                    + " |", "|---|" + "---|" * len(COMMON)]
             for name, r in runs.items():
-                cells = [f"{r['common'][str(f)]['p50']:.0f} / {r['common'][str(f)]['p99']:.0f}"
-                         + ("" if r["common"][str(f)]["valid"] else "*")
-                         for f in COMMON if str(f) in r["common"]]
+                src = r["own"] if name == "memcached" else r["common"]
+                cells = []
+                for f in COMMON:
+                    q = src.get(str(f))
+                    if not q:
+                        cells.append("–")
+                        continue
+                    p99 = q["p99"]
+                    rng = "" if p99["n"] < 2 else f" ({p99['min']:.0f}–{p99['max']:.0f})"
+                    cells.append(f"{q['p50']['median']:.0f} / {p99['median']:.0f}{rng}"
+                                 + ("*" if q["invalid"] else ""))
                 out.append(f"| {name} | " + " | ".join(cells) + " |")
-        out += ["", "`*`: the point failed fp-loadgen's checks (achieved < 99% of offered, "
-                "the generator fell behind, or timeouts).", ""]
+        out += ["", "Stalls and retransmissions (per server, over all rounds):", "",
+                "| server | steal time | server loop gaps > 50 µs (share of time) "
+                "| client send slip, worst point's p99 | invalid points "
+                "| server TCP retransmissions per 1k requests |", "|---|---|---|---|---|---|"]
+        for name, r in runs.items():
+            steal = fmt_spread(r["steal_share"], lambda x: f"{x:.1%}")
+            rx = fmt_spread(r["retransmits_per_1k"], lambda x: f"{x:.2f}")
+            gaps = "not ours to count" if name == "memcached" else (
+                f"{fmt_spread(r['server_loop_gaps'], lambda x: f'{x:,.0f}')} "
+                f"({fmt_spread(r['server_gap_share'], lambda x: f'{x:.2%}')})")
+            out.append(f"| {name} | {steal} | {gaps} | {r['slip_p99_max_us']:,.0f} µs | "
+                       f"{r['invalid_points']} of {r['points']} | {rx} |")
+        out += ["", "SLO throughput is interpolated between the two valid points around the "
+                "crossing (a second run places points inside that bracket). A ratio is a win "
+                "or a loss only when its whole range is on one side of 1. `*`: some round's "
+                "point failed fp-loadgen's checks (achieved < 99% of offered, send slip over "
+                "the bound, or timeouts); invalid points are never used for an SLO figure.", ""]
     return "\n".join(out)
+
+
+def verdict_word(v):
+    return {"win": "**win**", "loss": "**loss**"}.get(v, f"({v})")
 
 
 def plot(res, out):
     lgplot = ROOT / "tools" / "lgplot.py"
     made = []
     for wl in res["config"]["workloads"]:
-        runs = [(k.split("/")[1], v["json"]) for k, v in res["runs"].items()
-                if k.startswith(wl + "/")]
+        runs = [(f"{k.split('/')[1]} r{i + 1}", v["json"]) for i, rnd in enumerate(res["rounds"])
+                for k, v in rnd.items() if k.startswith(wl + "/")]
         png = out / f"{wl}.png"
         r = subprocess.run([sys.executable, lgplot, *[p for _, p in runs], "-o", png,
                             "--slo-us", "500", "--ymax", "2000", "--labels", ",".join(n for n, _ in runs),
@@ -443,14 +664,17 @@ def main(argv=None):
     ap.add_argument("--client", choices=["xdp", "kernel"], default="xdp",
                     help="fp-loadgen's transport (default xdp: flowplane's stack)")
     ap.add_argument("--conns", type=int, default=64)
-    ap.add_argument("--duration", type=float, default=5.0, help="seconds per sweep point")
-    ap.add_argument("--sat-duration", type=float, default=2.0)
-    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--duration", type=float, default=2.0, help="seconds per sweep point")
+    ap.add_argument("--sat-duration", type=float, default=1.5)
+    ap.add_argument("--warmup", type=float, default=0.5)
     ap.add_argument("--mem-mb", type=int, default=1024)
     ap.add_argument("--tag", default="fpkv")
     ap.add_argument("--loopback", action="store_true",
                     help="no root: kernel transport and memcached on 127.0.0.1 only")
-    ap.add_argument("--quick", action="store_true", help="short points (about 1 minute)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds over the servers (default 3; --quick: 1)")
+    ap.add_argument("--quick", action="store_true",
+                    help="one round of short points (about 1 minute)")
     ap.add_argument("--memory", type=int, metavar="N",
                     help="instead: resident bytes per item with N USR items, memcached vs "
                          "fp-kv (loopback, no root needed)")
@@ -473,8 +697,12 @@ def main(argv=None):
             print(f"| {s} | {r['items']:,} | {r['rss_before_kib'] / 1024:.0f} → "
                   f"{r['rss_after_kib'] / 1024:.0f} | {r['bytes_per_item']:.1f} |")
         return 0
+    if a.rounds < 1:
+        ap.error("--rounds wants 1 or more")
     if a.quick:
         a.duration, a.sat_duration, a.warmup = 1.0, 1.0, 0.5
+        if "--rounds" not in (argv if argv is not None else sys.argv):
+            a.rounds = 1
     if os.geteuid() != 0 and not a.loopback:
         log("needs root for network namespaces and AF_XDP; --loopback runs memcached and "
             "fp-kv's kernel transport on 127.0.0.1 without root")
@@ -484,6 +712,9 @@ def main(argv=None):
         a.client = "kernel"
     b = Bench(a)
     res = b.run()
+    res["machine"]["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    res["machine"]["command"] = os.environ.get("FP_DEMO_COMMAND") or \
+        "bench/kv_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     out = pathlib.Path(a.out)
     (out / "summary.json").write_text(json.dumps(res, indent=1))
     md = table(res)

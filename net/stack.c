@@ -40,6 +40,7 @@ static void config_defaults(struct fp_stack_config *c)
 	DEFAULT_IF_ZERO(c->rto_min_us, FP_NET_DEFAULT_RTO_MIN_US);
 	DEFAULT_IF_ZERO(c->rto_max_us, FP_NET_DEFAULT_RTO_MAX_US);
 	DEFAULT_IF_ZERO(c->rto_init_us, FP_NET_DEFAULT_RTO_INIT_US);
+	DEFAULT_IF_ZERO(c->peer_delack_us, FP_NET_DEFAULT_PEER_DELACK_US);
 	DEFAULT_IF_ZERO(c->syn_retries, FP_NET_DEFAULT_SYN_RETRIES);
 	DEFAULT_IF_ZERO(c->data_retries, FP_NET_DEFAULT_DATA_RETRIES);
 	DEFAULT_IF_ZERO(c->arp_timeout_us, FP_NET_DEFAULT_ARP_TIMEOUT_US);

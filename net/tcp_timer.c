@@ -26,10 +26,27 @@ void tcp_timer_update(struct fp_stack *st, struct fp_tcp_conn *c)
 	fp_timer_add(&st->wheel, &c->timer, t);
 }
 
-/* RFC 6298 §5.1/§5.5: the timer runs for RTO, doubled per back-off, at most rto_max. */
+/*
+ * RFC 6298 §5.1/§5.5: the timer runs for RTO, doubled per back-off, at most rto_max.
+ *
+ * A flight of less than two full-sized segments may legitimately go unacknowledged for the
+ * peer's delayed-ACK time (RFC 9293 §3.8.6.3; Linux holds such an ACK 40-200 ms), far
+ * longer than a microsecond-scale RTO. Retransmitting then only duplicates what the peer
+ * has (a request/response server's every reply is such a flight), so the timer for it runs
+ * at least srtt + cfg.peer_delack_us: RFC 8985's worst-case delayed-ACK allowance (§7.2),
+ * applied to the RTO rather than to a separate probe timer. Flights of two or more full
+ * segments must be ACKed at once, and keep the short RTO.
+ */
 void tcp_rtx_arm(struct fp_stack *st, struct fp_tcp_conn *c)
 {
 	uint64_t rto = (uint64_t)c->rto_us << (c->backoff < 30 ? c->backoff : 30);
+
+	if (st->cfg.peer_delack_us != FP_NET_PEER_DELACK_NONE && tcp_synchronized(c->state) &&
+	    c->snd_nxt - c->snd_una < 2 * tcp_smss(c)) {
+		uint64_t floor = (uint64_t)c->srtt_us + st->cfg.peer_delack_us;
+		if (rto < floor)
+			rto = floor;
+	}
 
 	if (rto > st->cfg.rto_max_us)
 		rto = st->cfg.rto_max_us;

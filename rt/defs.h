@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include <flowplane/api.h>
+#include <flowplane/clock.h>
 #include <flowplane/rt.h>
 #include <flowplane/rt_stats.h>
 #include <flowplane/timer.h>
@@ -94,6 +95,19 @@ uint64_t rt_ctx_next_us(const struct fp_ctx *ctx);
 
 /* Calls queued and not yet executed (a timer or init queued some): run them now. */
 unsigned rt_ctx_flush(struct fp_ctx *ctx);
+
+/* Loop-gap accounting (rt_stats.h): @awake_cycles is the time from one round's start to
+ * the next's, time asleep left out. Both transports' loops call it once per round. */
+static inline void rt_gap_note(struct fp_rt_worker_stats *s, uint64_t awake_cycles)
+{
+	uint64_t ns = fp_cycles_to_ns(awake_cycles);
+
+	if (ns <= FP_RT_GAP_NS)
+		return;
+	s->gaps++;
+	s->gap_ns += ns;
+	s->gap_ns_hist[fp_rt_log2_bucket(ns)]++;
+}
 
 static inline bool rt_ctx_stopping(const struct fp_ctx *ctx)
 {

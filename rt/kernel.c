@@ -554,17 +554,22 @@ static void kt_account(struct kt *kt, bool work, bool slept, unsigned n_ev, unsi
 static void kt_loop(struct kt *kt)
 {
 	struct fp_ctx *ctx = &kt->ctx;
-	uint64_t now = rt_now_us(), last_work_us = now;
+	uint64_t now = rt_now_us(), last_work_us = now, prev_t0 = 0, slept = 0;
 
 	while (!rt_ctx_stopping(ctx)) {
 		uint64_t timeout = kt_timeout_us(kt, now, last_work_us);
 		uint64_t t0 = fp_rdtsc();
+
+		if (prev_t0 && t0 - prev_t0 > slept)
+			rt_gap_note(ctx->stats, t0 - prev_t0 - slept);
+		prev_t0 = t0;
 
 		kt->round++;
 		kt->starved = false;
 		kt->backlog = false;
 		int n = kt->eng->poll(kt, timeout);
 		uint64_t t1 = fp_rdtsc();
+		slept = timeout > 0 ? t1 - t0 : 0;
 		unsigned n_conds = ctx->n_conds;
 		bool work = n > 0 || n_conds || ctx->n_rets || ctx->n_calls;
 		rt_ctx_round(ctx);

@@ -56,12 +56,16 @@ const char fp_rt_options_help[] =
 	"  --seed N              seed for --rx-drop (default: from the clock)\n"
 	"  --rcv-buf BYTES       TCP receive window per connection (default 256K)\n"
 	"  --max-conns N         TCP connections per worker (default 65536)\n"
+	"  --rto-min-us US       xdp: TCP's retransmit timeout floor (default 5000)\n"
+	"  --peer-delack-us US   xdp: how long a peer may delay its ACK of a flight under two\n"
+	"                        segments before it is resent (default 200000: Linux's\n"
+	"                        worst case; 0: the peer ACKs at once)\n"
 	"  --stats NAME|none     stats segment /dev/shm/flowplane-NAME (default: pid)\n";
 
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "if", "ip", "gw", "workers", "cores", "queue-base", "batch", "idle",
 	"spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed",
-	"rcv-buf", "max-conns", "stats", NULL,
+	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", NULL,
 };
 
 struct option *fp_rt_getopt_table(const struct option *own)
@@ -258,6 +262,9 @@ static int opt_number(struct fp_rt_config *cfg, const char *opt, const char *val
 	NUM("seed", 0, UINT64_MAX, false, cfg->seed = v)
 	NUM("rcv-buf", 4096, 1u << 30, true, cfg->stack.rcv_buf = (uint32_t)v)
 	NUM("max-conns", 1, 1u << 24, true, cfg->stack.max_conns = (uint32_t)v)
+	NUM("rto-min-us", FP_TIMER_TICK_US, 60000000, false, cfg->stack.rto_min_us = (uint32_t)v)
+	NUM("peer-delack-us", 0, 10000000, false,
+	    cfg->stack.peer_delack_us = v ? (uint32_t)v : FP_NET_PEER_DELACK_NONE)
 #undef NUM
 	return 0;
 }

@@ -51,6 +51,7 @@ struct rt_wk {
 	uint64_t rng;                     /* splitmix64 state for rx_drop */
 	uint64_t publish_us;              /* next publication of counters */
 	uint64_t idle_since_us;           /* first idle round of this idle spell */
+	uint64_t slept_cycles;            /* TSC cycles asleep in poll(), all told (gaps) */
 	bool idle;
 	unsigned n_tx;                    /* frames held in tx[] for retry */
 	struct fp_mbuf *tx[RT_TX_HOLD];
@@ -334,7 +335,9 @@ static void rt_sleep(struct rt_wk *w, uint64_t now)
 			       { .fd = w->run->wake_fd, .events = POLLIN } };
 	t0 = fp_rdtsc();
 	poll(p, w->run->wake_fd >= 0 ? 2 : 1, timeout);
-	w->ctx.stats->idle_cycles += fp_rdtsc() - t0;
+	t0 = fp_rdtsc() - t0;
+	w->slept_cycles += t0;
+	w->ctx.stats->idle_cycles += t0;
 	w->ctx.stats->sleeps++;
 }
 
@@ -374,9 +377,16 @@ static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 
 static void rt_loop(struct rt_wk *w)
 {
+	uint64_t prev_t0 = 0, slept_before = 0;
+
 	while (!rt_ctx_stopping(&w->ctx)) {
 		uint64_t t0 = fp_rdtsc(), now = rt_now_us();
 		unsigned batch;
+
+		if (prev_t0 && t0 - prev_t0 > w->slept_cycles - slept_before)
+			rt_gap_note(w->ctx.stats, t0 - prev_t0 - (w->slept_cycles - slept_before));
+		prev_t0 = t0;
+		slept_before = w->slept_cycles;
 		bool busy = rt_round(w, now, &batch);
 
 		rt_account(w, busy, batch, fp_rdtsc() - t0);

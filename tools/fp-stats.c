@@ -380,6 +380,12 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 	json_array("batch_hist", w->batch_hist, FP_RT_BATCH_BUCKETS);
 	json_array("rxq_hist", w->rxq_hist, FP_RT_LOG2_BUCKETS);
 	json_array("loop_ns_hist", w->loop_ns_hist, FP_RT_LOG2_BUCKETS);
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, gap_ns_hist) +
+				 sizeof(w->gap_ns_hist)) {
+		printf(",\"gaps\":%llu,\"gap_ns\":%llu", (unsigned long long)w->gaps,
+		       (unsigned long long)w->gap_ns);
+		json_array("gap_ns_hist", w->gap_ns_hist, FP_RT_LOG2_BUCKETS);
+	}
 	putchar('}');
 }
 

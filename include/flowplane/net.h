@@ -39,6 +39,7 @@ struct fp_tcp_conn;
 #define FP_NET_DEFAULT_DELACK_US      500            /* delayed-ACK bound */
 #define FP_NET_DEFAULT_TIME_WAIT_US   (60u * 1000 * 1000)
 #define FP_NET_DEFAULT_RTO_MIN_US     (5u * 1000)    /* datacenter RTT scale; RFC 6298 says 1 s */
+#define FP_NET_DEFAULT_PEER_DELACK_US (200u * 1000)  /* RFC 8985 WCDelAckT; Linux's TCP_DELACK_MAX */
 #define FP_NET_DEFAULT_RTO_MAX_US     (60u * 1000 * 1000)
 #define FP_NET_DEFAULT_RTO_INIT_US    (1000u * 1000) /* RFC 6298 §2.1 */
 #define FP_NET_DEFAULT_SYN_RETRIES    6
@@ -72,6 +73,11 @@ struct fp_stack_config {
 				      * set FP_NET_DELACK_OFF to ACK every segment at once */
 	uint32_t time_wait_us;
 	uint32_t rto_min_us, rto_max_us, rto_init_us;
+	uint32_t peer_delack_us;     /* how long the peer may hold its ACK of a flight under two
+				      * full segments (RFC 9293 §3.8.6.3): the retransmit timer
+				      * for such a flight waits at least srtt + this, so a Linux
+				      * client's delayed ACK (40-200 ms) is not taken for a loss;
+				      * FP_NET_PEER_DELACK_NONE for peers known to ACK at once */
 	uint8_t syn_retries, data_retries;
 	bool nagle;                  /* off by default: the API already batches */
 	bool no_timestamps;          /* do not offer RFC 7323 timestamps */
@@ -83,6 +89,7 @@ struct fp_stack_config {
 };
 
 #define FP_NET_DELACK_OFF UINT32_MAX
+#define FP_NET_PEER_DELACK_NONE UINT32_MAX
 
 /* Create a stack at time @now_us; a gratuitous ARP (RFC 5227 §3 announcement) is queued
  * at creation, the first frame fp_stack_tx() returns.

@@ -21,6 +21,7 @@
 #define FP_RT_BATCH_BUCKETS 65   /* frames per stack pass: 0..63 exact, 64+ in the last */
 #define FP_RT_LOG2_BUCKETS  32   /* bucket i counts values in [2^(i-1), 2^i), bucket 0: 0 */
 #define FP_RT_NET_MAX       96   /* room for the stack's counters (fp_net_stat_count) */
+#define FP_RT_GAP_NS        50000u /* a loop gap: rounds further apart than this (50 us) */
 
 /* Drop reasons the runtime itself counts (the stack's are in net[]). */
 #define FP_RT_DROPS(X) \
@@ -83,6 +84,13 @@ struct fp_rt_worker_stats {
 	uint64_t net[FP_RT_NET_MAX];
 	uint64_t tcp_conns;           /* control blocks in use */
 	uint64_t pool_in_use;         /* buffers out of the worker's pool */
+
+	/* loop gaps: a round that started more than FP_RT_GAP_NS after the previous one did,
+	 * time asleep in poll() left out; the worker lost that time to something (preemption,
+	 * steal, a page fault, an oversized round) and every frame waiting paid for it */
+	uint64_t gaps;                /* how many */
+	uint64_t gap_ns;              /* their total length */
+	uint64_t gap_ns_hist[FP_RT_LOG2_BUCKETS]; /* their lengths in ns (log2) */
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

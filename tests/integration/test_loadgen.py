@@ -512,7 +512,9 @@ def test_10k_connections(build_dir, tmp_path, echo_server):
     for workers in (["--cores", CLIENT_CORE], ["--workers", "2", "--cores", "0,1"]):
         r, doc = loadgen(build_dir, tmp_path, "--server", f"{HOST}:{echo_server}", "--proto",
                          "echo", "--conns", "10000", "--rate", "3k", "--duration", "1",
-                         "--warmup", "0.3", *workers, *LENIENT, timeout=90,
+                         "--warmup", "0.3", *workers, *LENIENT,
+                         "--backlog", "256",     # 10,000 x 4096 slots would be too many
+                         timeout=90,
                          preexec=raise_nofile(12000))
         assert_clean(r, doc)
         assert doc["config"]["conns"] == 10000

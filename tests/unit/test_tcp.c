@@ -1847,7 +1847,11 @@ static void test_rto_follows_rfc6298_estimator(void **state)
 	struct nh_pkt p;
 	struct fp_event ev;
 	struct tcp_test_conn_params cp = t_est();
+	struct fp_stack_config cfg = nh_config(h);
 
+	cfg.rcv_buf = T_RCVBUF;
+	cfg.peer_delack_us = FP_NET_PEER_DELACK_NONE;  /* the estimator alone sets the timer */
+	t_restart(h, &cfg);
 	cp.srtt_us = 10000;
 	struct fp_tcp_conn *c = t_conn(h, cp);
 	struct fp_tcp_info i = t_info(c);
@@ -1883,6 +1887,45 @@ static void test_rto_follows_rfc6298_estimator(void **state)
 /* RFC 6298 §5.4: on expiry retransmit "the earliest segment that has not been
  * acknowledged"; RFC 5681 §3.1: cwnd = 1 SMSS, so only that one goes; its ACK grows cwnd
  * by SMSS (slow start) and the next two follow at once (go-back-N from the RTO's mark). */
+/* tcp_timer.c: a flight under two full segments may wait for the peer's delayed ACK
+ * (RFC 9293 §3.8.6.3), so it is not retransmitted before srtt + cfg.peer_delack_us
+ * (default 200 ms), though the RTO is 30 ms. Pins the spurious retransmissions a Linux
+ * client's 40 ms delayed ACK caused with a bare 5-30 ms RTO (issue 16, item 6). */
+static void test_rto_small_flight_waits_for_peer_delayed_ack(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct tcp_test_conn_params cp = t_est();
+
+	cp.srtt_us = 10000;                              /* RTO 30 ms */
+	struct fp_tcp_conn *c = t_conn(h, cp);
+	assert_int_equal(t_info(c).rto_us, 30000);
+	assert_int_equal(fp_tcp_send(h->st, c, t_pat, 100), 100);
+	t_expect(h, &p, ACK | PSH, S, R, T_RCVBUF, 100);
+	quiet_until(h, T0 + 10000 + FP_NET_DEFAULT_PEER_DELACK_US - 1);
+	nh_advance(h, T0 + 10000 + FP_NET_DEFAULT_PEER_DELACK_US + TICK);
+	t_expect(h, &p, ACK | PSH, S, R, T_RCVBUF, 100);   /* a real loss is still repaired */
+	t_expect_none(h);
+}
+
+/* ... while a flight of two full segments, which the peer must ACK at once, keeps the RTO. */
+static void test_rto_full_flight_keeps_short_rto(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct tcp_test_conn_params cp = t_est();
+
+	cp.srtt_us = 10000;
+	struct fp_tcp_conn *c = t_conn(h, cp);
+	uint32_t smss = t_info(c).mss;
+	assert_int_equal(fp_tcp_send(h->st, c, t_pat, 2 * smss), 2 * smss);
+	t_expect(h, &p, ACK, S, R, T_RCVBUF, smss);
+	t_expect(h, &p, ACK | PSH, S + smss, R, T_RCVBUF, smss);
+	quiet_until(h, T0 + 30000 - 1);
+	nh_advance(h, T0 + 30000 + TICK);
+	t_expect(h, &p, ACK, S, R, T_RCVBUF, smss);
+}
+
 static void test_rto_resends_first_segment_then_slow_starts(void **state)
 {
 	struct nh *h = *state;
@@ -2814,6 +2857,8 @@ int main(void)
 		T(test_sent_event_reports_acked_bytes),
 		T(test_rto_retransmits_same_segment_with_backoff),
 		T(test_rto_follows_rfc6298_estimator),
+		T(test_rto_small_flight_waits_for_peer_delayed_ack),
+		T(test_rto_full_flight_keeps_short_rto),
 		T(test_rto_resends_first_segment_then_slow_starts),
 		T(test_data_retries_exhausted_dead_etimedout),
 		/* closing */

@@ -262,8 +262,6 @@ int tcp_init(struct fp_stack *st)
 	ts->hmask = TCP_HASH_MIN - 1;
 	ts->cc = &tcp_cc_newreno;
 	ts->rcv_wscale = wscale_for(st->cfg.rcv_buf);
-	ts->challenge_tokens = TCP_CHALLENGE_ACK_PER_SEC;
-	ts->challenge_ts_us = st->now_us;
 	st->tcp = ts;
 	tcp_cookie_init(st);
 	ts->port_next = (uint16_t)(ts->sip_key[1] % (TCP_EPHEMERAL_HI - TCP_EPHEMERAL_LO + 1));

@@ -98,7 +98,8 @@
  *     keep-alives), a FIN (RFC 9293 §3.10.7.4 eighth), data dropped for lack of window
  *     or of out-of-order room, a SYN in a synchronized state (challenge ACK, RFC 5961 §4),
  *     an in-window RST with seq != rcv_nxt (challenge ACK, RFC 5961 §3). Challenge ACKs are
- *     limited to TCP_CHALLENGE_ACK_PER_SEC per stack (counted in tcp_challenge_ack when sent).
+ *     limited to one per TCP_CHALLENGE_ACK_GAP_MS per conn (counted in tcp_challenge_ack
+ *     when sent, tcp_challenge_ack_skip when not), and to nothing shared between conns.
  *   - fp_tcp_recv_done: at once when the advertised right edge would move right by at least
  *     min(cfg.rcv_buf / 2, mss) (receiver SWS avoidance, RFC 9293 §3.8.6.2.2); else nothing.
  *   - a pure ACK (no data, no SYN/FIN) never elicits an ACK.
@@ -117,7 +118,8 @@
  * in front of its payload of which at most 94 bytes carry headers.
  */
 
-#define TCP_CHALLENGE_ACK_PER_SEC 1000   /* RFC 5961 §7 rate limit, per stack */
+#define TCP_CHALLENGE_ACK_GAP_MS  500    /* RFC 5961 §7 rate limit, per conn (Linux's
+					  * tcp_invalid_ratelimit) */
 #define TCP_EPHEMERAL_LO          49152  /* RFC 6335 §6 dynamic ports */
 #define TCP_EPHEMERAL_HI          65535
 #define TCP_LISTEN_BUCKETS        64
@@ -226,6 +228,7 @@ struct fp_tcp_conn {
 
 	uint32_t ka_idle_us, ka_intvl_us;
 	uint32_t retransmits;
+	uint32_t challenge_ms;           /* when the last challenge ACK left (ms clock); 0 none */
 };
 
 /* The budget is 512 bytes per idle established conn: this block (296 bytes on x86-64), its
@@ -275,8 +278,6 @@ struct tcp_stack {
 	uint64_t sip_key[2];             /* SipHash key derived from cfg.secret */
 	uint64_t cookie_sent_us;         /* last SYN cookie sent (0: never): ACKs are checked
 					  * against cookies only while some may be out there */
-	uint64_t challenge_ts_us;        /* challenge ACK token bucket */
-	uint32_t challenge_tokens;
 	uint8_t rcv_wscale;              /* our window shift for cfg.rcv_buf */
 };
 

@@ -150,6 +150,10 @@ static struct fp_tcp_conn *listen_input(struct fp_stack *st, struct fp_tcp_conn 
 		NET_STAT_INC(st, tcp_no_port); /* a RST for nothing we have: dropped */
 		return NULL;
 	}
+	if ((t->flags & (FP_TCP_SYN | FP_TCP_FIN)) == (FP_TCP_SYN | FP_TCP_FIN)) {
+		NET_STAT_INC(st, tcp_bad); /* no valid opening (a scan): dropped, as Linux does */
+		return NULL;
+	}
 	if (t->flags & FP_TCP_ACK) {
 		if (!(t->flags & FP_TCP_SYN) && ts->cookie_sent_us &&
 		    st->now_us - ts->cookie_sent_us <= TCP_COOKIE_MAX_AGE * TCP_COOKIE_PERIOD_US) {
@@ -739,6 +743,11 @@ static void segment_arrives(struct fp_stack *st, struct fp_tcp_conn *c, struct t
 		fin = text(st, c, s);
 	} else if (s->len) {
 		NET_STAT_INC(st, tcp_out_of_window); /* text after the peer's FIN */
+		/* TIME-WAIT answers it with an ACK of what it has (as Linux's
+		 * tcp_timewait_state_process does), so a peer that lost our last ACK
+		 * learns where we stand instead of retrying into silence. */
+		if (c->state == FP_TCP_TIME_WAIT)
+			c->flags |= TCP_CF_ACK_NOW;
 	}
 
 	/* eighth: check the FIN bit, once everything before it has arrived. */

@@ -352,23 +352,23 @@ void tcp_send_cookie_synack(struct fp_stack *st, const struct fp_ipv4 *ip, const
 	emit_raw(st, m, &r, ip->src, 0);
 }
 
-/* RFC 5961 §7: challenge ACKs are rate-limited per stack (a token bucket refilled at
- * TCP_CHALLENGE_ACK_PER_SEC), so they cannot be used to amplify or probe. */
+/*
+ * RFC 5961 §7: challenge ACKs are rate-limited, so they cannot be used to amplify. The
+ * limit is per conn (one per TCP_CHALLENGE_ACK_GAP_MS) and there is no budget shared
+ * between conns: a shared one is the side channel of CVE-2016-5696, where an off-path
+ * attacker spends part of it with spoofed RSTs aimed at a guessed 4-tuple and counts how
+ * many challenge ACKs its own conn still gets. Linux closed it the same way (per-socket
+ * tcp_invalid_ratelimit; the global limit off by default since 6.0).
+ */
 void tcp_send_challenge_ack(struct fp_stack *st, struct fp_tcp_conn *c)
 {
-	struct tcp_stack *ts = st->tcp;
-	uint64_t dt = st->now_us - ts->challenge_ts_us;
-	uint64_t add = dt * TCP_CHALLENGE_ACK_PER_SEC / 1000000;
+	uint32_t now_ms = (uint32_t)(st->now_us / 1000) | 1; /* 0 is "never" */
 
-	if (add) {
-		uint64_t t = ts->challenge_tokens + add;
-		ts->challenge_tokens = t > TCP_CHALLENGE_ACK_PER_SEC ? TCP_CHALLENGE_ACK_PER_SEC
-								     : (uint32_t)t;
-		ts->challenge_ts_us += add * 1000000 / TCP_CHALLENGE_ACK_PER_SEC;
-	}
-	if (!ts->challenge_tokens)
+	if (c->challenge_ms && now_ms - c->challenge_ms < TCP_CHALLENGE_ACK_GAP_MS) {
+		NET_STAT_INC(st, tcp_challenge_ack_skip);
 		return;
-	ts->challenge_tokens--;
+	}
+	c->challenge_ms = now_ms;
 	NET_STAT_INC(st, tcp_challenge_ack);
 	tcp_send_ack(st, c);
 }

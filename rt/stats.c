@@ -1,6 +1,8 @@
 /* stats.c: the per-run statistics segment in /dev/shm (rt_stats.h): create, publish, open to read. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,12 +11,14 @@
 #include <unistd.h>
 
 #include <flowplane/clock.h>
+#include <flowplane/log.h>
 #include <flowplane/net.h>
 #include <flowplane/rt_stats.h>
 
 #include "defs.h"
 
-#define RT_STATS_PREFIX "/flowplane-"
+#define RT_STATS_FILE   "flowplane-"            /* its name in /dev/shm */
+#define RT_STATS_PREFIX "/" RT_STATS_FILE
 #define RT_STATS_NAME_MAX 64
 
 /* The shm name for a run: NULL means our pid; "" means no segment (returns false). */
@@ -61,6 +65,66 @@ static int rt_stats_reclaim(const char *path, char *err, size_t errlen)
 		return -errno;
 	}
 	return 0;
+}
+
+/*
+ * Segments of runs that are gone: a run killed with SIGKILL (or a crash) cannot unlink its
+ * /dev/shm/flowplane-<pid>, and the next run has another pid, so nothing would ever remove
+ * it. At start, every flowplane-* whose writer's pid is dead and whose workers have not
+ * published for RT_STATS_STALE_S is removed, and said so (as the stale XDP filter is).
+ * Returns how many were removed.
+ */
+#define RT_STATS_STALE_S 10
+
+static bool rt_stats_abandoned(const char *name)
+{
+	char path[RT_STATS_NAME_MAX + 16];
+	struct fp_rt_stats_hdr h;
+	uint64_t t;
+	int fd;
+	bool gone = false;
+
+	snprintf(path, sizeof(path), "/%s", name);
+	if ((fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0)) < 0)
+		return false;
+	if (pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == FP_RT_STATS_MAGIC &&
+	    h.pid != getpid() && !pid_alive(h.pid)) {
+		uint64_t last = h.start_unix_ns;
+		for (uint32_t i = 0; i < h.n_workers && i < FP_RT_MAX_WORKERS; i++)
+			if (pread(fd, &t, sizeof(t), h.hdr_size + (off_t)i * h.worker_size +
+				  (off_t)offsetof(struct fp_rt_worker_stats, now_unix_ns)) ==
+			    (ssize_t)sizeof(t) && t > last)
+				last = t;
+		gone = rt_unix_ns() > last + RT_STATS_STALE_S * 1000000000ull;
+	}
+	close(fd);
+	return gone;
+}
+
+static unsigned rt_stats_sweep(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+	unsigned n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		char path[sizeof(e->d_name) + 1];
+
+		if (strncmp(e->d_name, RT_STATS_FILE, sizeof(RT_STATS_FILE) - 1) ||
+		    strlen(e->d_name) > RT_STATS_NAME_MAX + sizeof(RT_STATS_PREFIX) ||
+		    !rt_stats_abandoned(e->d_name))
+			continue;
+		snprintf(path, sizeof(path), "/%s", e->d_name);
+		if (shm_unlink(path) == 0) {
+			log_warn("stats: removed /dev/shm/%s, left by a run that is gone",
+				 e->d_name);
+			n++;
+		}
+	}
+	closedir(d);
+	return n;
 }
 
 /* Open a fresh segment of @size bytes, replacing a stale one; fd or -errno. */
@@ -136,6 +200,7 @@ int rt_stats_create(struct rt_run *run, const char *name, char *err, size_t errl
 	run->stats_size = 0;
 	if (!rt_stats_path(name, path, sizeof(path)))
 		return 0;
+	rt_stats_sweep();
 	if ((fd = rt_stats_shm(path, size, err, errlen)) < 0)
 		return fd;
 	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

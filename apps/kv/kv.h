@@ -195,6 +195,9 @@ struct kv_store_stats {
 		 cas_hits, cas_misses, cas_badval, slabs_moved, total_malloced;
 };
 void kv_store_stats(const struct kv_store *s, struct kv_store_stats *out);
+/* stats reset: every counter memcached's stats_reset() zeroes (hits, misses, totals,
+ * evictions, reclaims) starts again from 0; gauges (items, bytes) are kept. */
+void kv_store_stats_reset(struct kv_store *s);
 /* stats slabs / stats items lines (memcached's names), written by @emit. */
 void kv_store_stats_slabs(const struct kv_store *s,
 			  void (*emit)(void *arg, const char *name, const char *fmt_value), void *arg);

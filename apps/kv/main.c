@@ -192,8 +192,10 @@ static void *kv_accept(struct fp_evl_conn *c, void *larg)
 static size_t kv_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 {
 	struct kv_mconn *mc = fp_evl_conn_user(c);
+	uint64_t before = mc->kc->ncmds;
 	size_t used = kv_conn_feed(mc->kc, data, len);
 
+	fp_ctx_count(fp_evl_ctx(fp_evl_of(c)), mc->kc->ncmds - before, 0);
 	if (kv_conn_closing(mc->kc)) {
 		if (mc->wk->m->proto.verbose > 1)
 			fprintf(stderr, "fp-kv: worker %u: closing a connection (quit, a line too "

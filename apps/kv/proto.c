@@ -597,6 +597,7 @@ static bool process_line(struct kv_conn *c, const char *line, size_t len)
 	size_t nt = kv_tokenize(line, len, t, KV_MAX_TOKENS);
 	char first;
 
+	c->ncmds++;
 	if (nt < 2 || t[0].len < 2) {
 		kv_out_str(c, "ERROR");
 		return true;

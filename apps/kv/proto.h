@@ -189,6 +189,8 @@ struct kv_conn {
 	size_t get_resume;
 	size_t scanned;              /* bytes of the pending line known to hold no '\n' */
 	unsigned reqs;               /* commands since the last flush point */
+	uint64_t ncmds;              /* request lines processed, all told (the runtime's
+				      * app_ops: fp-stats' ops/s) */
 	struct kv_stage stage;
 };
 

@@ -291,6 +291,7 @@ static void stats_reset(struct kv_proto *p)
 		memset(w, 0, sizeof(*w));
 		w->curr_conns = curr;
 	}
+	kv_store_stats_reset(p->store);
 }
 
 /* The subcommands that answer one line; false if @sub is not one of them. */

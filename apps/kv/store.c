@@ -236,9 +236,10 @@ static void account(struct kv_store *s, unsigned w, struct kv_item *it, int sign
 	cs_add(s, w, it->clsid, KV_CS_BYTES, (uint64_t)((int64_t)sign * (int64_t)sz));
 }
 
-/* Publish @it in @pp's place (replacing @old, or before the slot's current item). */
-static void link_at(struct kv_store *s, unsigned w, _Atomic(struct kv_item *) *pp,
-		    struct kv_item *old, struct kv_item *it)
+/* Publish @it in @pp's place (replacing @old, or before the slot's current item);
+ * @count: a new item as far as memcached's total_items is concerned. */
+static void link_at_(struct kv_store *s, unsigned w, _Atomic(struct kv_item *) *pp,
+		     struct kv_item *old, struct kv_item *it, bool count)
 {
 	struct kv_item *next = old ? atomic_load_explicit(&old->h_next, memory_order_relaxed)
 				   : atomic_load_explicit(pp, memory_order_relaxed);
@@ -252,11 +253,18 @@ static void link_at(struct kv_store *s, unsigned w, _Atomic(struct kv_item *) *p
 	kv_item_set_state(it, KV_ST_LINKED);
 	atomic_store_explicit(pp, it, memory_order_release);
 	account(s, w, it, 1);
-	ws_inc(s, w, KV_WS_TOTAL_ITEMS);
+	if (count)
+		ws_inc(s, w, KV_WS_TOTAL_ITEMS);
 	if (old) {
 		account(s, w, old, -1);
 		kv_retire(s, w, old);
 	}
+}
+
+static void link_at(struct kv_store *s, unsigned w, _Atomic(struct kv_item *) *pp,
+		    struct kv_item *old, struct kv_item *it)
+{
+	link_at_(s, w, pp, old, it, true);
 }
 
 static void unlink_at(struct kv_store *s, unsigned w, _Atomic(struct kv_item *) *pp,
@@ -833,7 +841,10 @@ static int arith_locked(struct kv_store *s, unsigned w, uint64_t hv, const char 
 	cs_add(s, w, old->clsid, incr ? KV_CS_INCR_HITS : KV_CS_DECR_HITS, 1);
 	if (!(nu = arith_item(s, w, old, val, l, spare)))
 		return *spare ? KV_RETRY : KV_NO_MEMORY;
-	link_at(s, w, pp, old, nu);
+	/* Items are immutable here, so the result is always a new item; memcached writes a
+	 * result that fits over the old one in place (do_add_delta), and counts no new item
+	 * in total_items for it. Count as it does. */
+	link_at_(s, w, pp, old, nu, nu->nbytes > old->nbytes);
 	*out = val;
 	*res = nu;
 	return KV_STORED;

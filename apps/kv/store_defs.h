@@ -202,6 +202,10 @@ struct kv_store {
 	_Atomic bool have_orphans;
 	struct kv_item *orphans;             /* limbo left by workers that went offline */
 	uint64_t orphan_stamp;
+	/* stats reset: what the counters summed to then (the workers' counters have one writer
+	 * each and are never written by another thread; readers subtract this instead) */
+	kv_ctr cs_base[KV_MAX_CLASSES][KV_CS_N];
+	kv_ctr ws_base[KV_WS_N];
 };
 
 /* Chunk @idx of size @size in arena page @page. */

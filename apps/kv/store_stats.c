@@ -8,7 +8,12 @@
 
 /* ---- stats ---- */
 
-static uint64_t cs_sum(const struct kv_store *s, unsigned id, unsigned which)
+static bool class_shown(const struct kv_store *s, unsigned id)
+{
+	return (id > 0 && id < s->nclasses) || id == KV_HUGE;
+}
+
+static uint64_t cs_raw(const struct kv_store *s, unsigned id, unsigned which)
 {
 	uint64_t n = 0;
 
@@ -17,13 +22,44 @@ static uint64_t cs_sum(const struct kv_store *s, unsigned id, unsigned which)
 	return n;
 }
 
-static uint64_t ws_sum(const struct kv_store *s, unsigned which)
+static uint64_t ws_raw(const struct kv_store *s, unsigned which)
 {
 	uint64_t n = 0;
 
 	for (unsigned v = 0; v < s->cfg.n_workers; v++)
 		n += kv_ctr_get(&s->workers[v].ws[which]);
 	return n;
+}
+
+/* Counters since the last stats reset; the gauges (KV_CS_ITEMS on) are never reset. */
+static uint64_t cs_sum(const struct kv_store *s, unsigned id, unsigned which)
+{
+	return cs_raw(s, id, which) - kv_ctr_get(&s->cs_base[id][which]);
+}
+
+static uint64_t ws_sum(const struct kv_store *s, unsigned which)
+{
+	return ws_raw(s, which) - kv_ctr_get(&s->ws_base[which]);
+}
+
+void kv_store_stats_reset(struct kv_store *s)
+{
+	for (unsigned id = 1; id < KV_MAX_CLASSES; id++) {
+		struct kv_class *c = &s->cls[id];
+
+		for (unsigned k = 0; k < KV_CS_ITEMS; k++)
+			atomic_store_explicit(&s->cs_base[id][k], cs_raw(s, id, k),
+					      memory_order_relaxed);
+		if (!class_shown(s, id))
+			continue;
+		kv_lock(&c->lock);
+		c->evicted = c->evicted_nonzero = c->evicted_unfetched = c->evicted_time = 0;
+		c->reclaimed = c->expired_unfetched = c->outofmemory = 0;
+		kv_unlock(&c->lock);
+	}
+	for (unsigned k = 0; k < KV_WS_N; k++)
+		atomic_store_explicit(&s->ws_base[k], ws_raw(s, k), memory_order_relaxed);
+	atomic_store_explicit(&s->slabs_moved, 0, memory_order_relaxed);
 }
 
 /* Stats take a const store; its page lock is still a lock (the store is never const). */
@@ -36,11 +72,6 @@ static uint64_t pages_malloced(const struct kv_store *s)
 	n = (uint64_t)atomic_load_explicit(&s->pages_used, memory_order_relaxed) << KV_PAGE_SHIFT;
 	kv_unlock(l);
 	return n;
-}
-
-static bool class_shown(const struct kv_store *s, unsigned id)
-{
-	return (id > 0 && id < s->nclasses) || id == KV_HUGE;
 }
 
 void kv_store_stats(const struct kv_store *s, struct kv_store_stats *o)

@@ -258,7 +258,7 @@ void fp_tcp_info(const struct fp_tcp_conn *c, struct fp_tcp_info *out);
 	X(tcp_bad) X(tcp_bad_csum) X(tcp_rx_segs) X(tcp_tx_segs) X(tcp_rst_tx) X(tcp_rst_rx) \
 	X(tcp_no_port) X(tcp_syn_cookie_tx) X(tcp_syn_cookie_ok) X(tcp_syn_cookie_bad) \
 	X(tcp_backlog_drop) X(tcp_conn_limit) X(tcp_accepted) X(tcp_connected) \
-	X(tcp_challenge_ack) X(tcp_rexmit) X(tcp_rto) X(tcp_fast_rexmit) X(tcp_dup_seg) \
+	X(tcp_challenge_ack) X(tcp_challenge_ack_skip) X(tcp_rexmit) X(tcp_rto) X(tcp_fast_rexmit) X(tcp_dup_seg) \
 	X(tcp_ooo_seg) X(tcp_ooo_drop) X(tcp_out_of_window) X(tcp_zero_window_probe) \
 	X(tcp_keepalive_tx) X(tcp_timeout) X(tcp_nobufs) \
 	X(nobufs)

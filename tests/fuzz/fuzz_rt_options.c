@@ -104,6 +104,10 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 		F(stack.rcv_buf);
 	else if (!strcmp(opt, "max-conns"))
 		F(stack.max_conns);
+	else if (!strcmp(opt, "rto-min-us"))
+		F(stack.rto_min_us);
+	else if (!strcmp(opt, "peer-delack-us"))
+		F(stack.peer_delack_us);
 	else if (!strcmp(opt, "stats"))
 		F(stats_name);
 	else
@@ -151,6 +155,10 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 	CHECK(c->spin_us <= 10000000);
 	CHECK(c->xdp.frames == 0 || (c->xdp.frames >= 64 && c->xdp.frames <= (1u << 20)));
 	CHECK(c->stack.rcv_buf == 0 || (c->stack.rcv_buf >= 4096 && c->stack.rcv_buf <= (1u << 30)));
+	CHECK(c->stack.rto_min_us == 0 ||
+	      (c->stack.rto_min_us >= FP_TIMER_TICK_US && c->stack.rto_min_us <= 60000000));
+	CHECK(c->stack.peer_delack_us == 0 || c->stack.peer_delack_us == FP_NET_PEER_DELACK_NONE ||
+	      (c->stack.peer_delack_us >= 1 && c->stack.peer_delack_us <= 10000000));
 	CHECK(c->stack.max_conns == 0 ||
 	      (c->stack.max_conns >= 1 && c->stack.max_conns <= (1u << 24)));
 	CHECK(c->n_cores <= FP_RT_MAX_WORKERS);

@@ -140,3 +140,47 @@ def test_tour_quick_writes_its_results(root, tmp_path):
         for name, reps in echo["tput"].items():
             assert reps[0]["msgs_per_s"] > 0 and reps[0]["errors"] == 0, (name, reps)
         assert "| xdp-poll<-xdp-poll |" in (out / "echo.md").read_text()
+
+
+def fake_segment(path, pid, start_unix_ns):
+    """A /dev/shm stats segment as a run writes it (rt_stats.h), with no workers."""
+    import struct
+    hdr = struct.pack("<QIIIIIIiI16s32s32sQQ", 0x7374706677, 1, 4096, 1024, 0, 64, 0, pid, 0,
+                      b"kernel", b"", b"fp-echo", start_unix_ns, 1)
+    path.write_bytes(hdr + b"\0" * (4096 - len(hdr)))
+
+
+def test_stale_stats_segment_removed_at_start(build_dir):
+    """A run killed with SIGKILL leaves /dev/shm/flowplane-<pid>; the next run removes every
+    segment whose writer is gone and idle for 10 s, and says so; a live run's stays."""
+    import pathlib
+    import signal
+    import subprocess
+    import time
+    import uuid
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    tag = uuid.uuid4().hex[:8]
+    stale = pathlib.Path(f"/dev/shm/flowplane-test-stale-{tag}")
+    live = pathlib.Path(f"/dev/shm/flowplane-test-live-{tag}")
+    fake_segment(stale, dead.pid, 1)
+    fake_segment(live, os.getpid(), time.time_ns())
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([build_dir / "apps" / "echo" / "fp-echo", "server", "--port", str(port),
+                          "--stats", f"test-new-{tag}"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline and stale.exists() and p.poll() is None:
+            time.sleep(0.1)
+        assert not stale.exists(), "the stale segment is still there"
+        assert live.exists(), "a segment whose writer is alive was removed"
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=20)
+        live.unlink(missing_ok=True)
+        stale.unlink(missing_ok=True)
+    assert f"removed /dev/shm/flowplane-test-stale-{tag}, left by a run that is gone" in err, err

@@ -811,3 +811,72 @@ def run_concurrency(cmd, build_dir, stats_name):
             assert len(add_won.get(r_, [])) == 1, f"add race {r_}: winners {add_won.get(r_)}"
             assert setup.get(b"race%d" % r_) == b"w%d" % add_won[r_][0]
         setup.close()
+
+
+# ---- stats reset, side by side with memcached --------------------------------------------
+
+RESET_COUNTERS = ("get_hits", "get_misses", "delete_hits", "delete_misses", "incr_hits",
+                  "incr_misses", "decr_hits", "decr_misses", "cas_hits", "cas_misses",
+                  "cas_badval", "touch_hits", "touch_misses", "cmd_get", "cmd_set",
+                  "cmd_touch", "total_items", "evictions", "reclaimed")
+
+
+def stats_around_reset(cmd):
+    """Every counter after a round of hits and misses of each kind, then after stats reset
+    (issue 16, item 16: get_hits, delete_hits, incr/decr/cas/touch kept their values)."""
+    with Started(cmd, ["-t", "1"]) as srv:
+        c = Conn(srv.host, srv.port)
+        try:
+            assert c.store(b"set", b"a", b"1") == b"STORED"
+            assert c.get(b"a") == b"1" and c.get(b"nope") is None
+            assert c.cmd(b"incr a 1") == b"2" and c.cmd(b"incr nope 1") == b"NOT_FOUND"
+            assert c.cmd(b"decr a 1") == b"1" and c.cmd(b"decr nope 1") == b"NOT_FOUND"
+            _, cas = c.gets(b"a")
+            assert c.store(b"cas", b"a", b"x", b" %d" % (cas + 99)) == b"EXISTS"
+            assert c.store(b"cas", b"a", b"y", b" %d" % c.gets(b"a")[1]) == b"STORED"
+            assert c.store(b"cas", b"nope", b"y", b" 1") == b"NOT_FOUND"
+            assert c.cmd(b"touch a 0") == b"TOUCHED" and c.cmd(b"touch nope 0") == b"NOT_FOUND"
+            assert c.cmd(b"delete a") == b"DELETED" and c.cmd(b"delete a") == b"NOT_FOUND"
+            before = c.stats()
+            assert c.cmd(b"stats reset") == b"RESET"
+            after = c.stats()
+            assert c.store(b"set", b"b", b"2") == b"STORED" and c.get(b"b") == b"2"
+            again = c.stats()
+        finally:
+            c.close()
+    pick = lambda st: {k: int(st[k]) for k in RESET_COUNTERS}   # noqa: E731
+    return pick(before), pick(after), pick(again)
+
+
+def test_stats_reset_like_memcached(fpkv, memcached):
+    ref = stats_around_reset(memcached_cmd(memcached))
+    got = stats_around_reset(fpkv_kernel(fpkv))
+    assert all(v > 0 for k, v in ref[0].items() if k not in ("evictions", "reclaimed")), ref[0]
+    diff = {(i, k): (got[i][k], ref[i][k]) for i in range(3) for k in RESET_COUNTERS
+            if got[i][k] != ref[i][k]}
+    assert not diff, f"(phase, counter): (fp-kv, memcached): {diff}"
+
+
+def test_stats_segment_counts_requests(fpkv, build_dir):
+    """fp-stats' ops/s for fp-kv: every request line is one of the runtime's app_ops
+    (issue 16, item 12: app_ops never moved)."""
+    import uuid
+    name = f"kvops-{uuid.uuid4().hex[:8]}"
+    cmd = [fpkv, "--net", "kernel", "-l", "127.0.0.1", "-U", "0", "--stats", name]
+    with Started(cmd, ["-t", "1"]) as srv:
+        c = Conn(srv.host, srv.port)
+        try:
+            assert c.store(b"set", b"k", b"v") == b"STORED"
+            for _ in range(100):                       # 101 request lines in all
+                assert c.get(b"k") == b"v"
+            deadline = time.time() + 10
+            ops = 0
+            while time.time() < deadline and ops < 101:
+                r = subprocess.run([build_dir / "tools" / "fp-stats", "--name", name,
+                                    "--totals"], capture_output=True, text=True)
+                assert r.returncode == 0, r.stderr
+                ops = sum(w["app_ops"] for w in json.loads(r.stdout)["workers"])
+                time.sleep(0.1)
+            assert ops == 101, ops
+        finally:
+            c.close()

@@ -441,6 +441,22 @@ static void test_listen_rst_ignored(void **state)
 	assert_int_equal(fp_stack_tcp_conns(h->st), 1);
 }
 
+/* A SYN with FIN to a listener is dropped and counted, as Linux drops it (SYN+FIN is no
+ * valid opening: a scan or an evasion trick); it opened an embryo before (issue 16, 9). */
+static void test_listen_syn_fin_dropped(void **state)
+{
+	struct nh *h = *state;
+
+	assert_int_equal(fp_tcp_listen(h->st, T_LPORT, T_LCOOKIE), 0);
+	t_send(h, SYN | FIN, 7000, 0, NULL, 0);
+	t_expect_none(h);
+	t_no_event(h);
+	assert_int_equal(fp_stack_tcp_conns(h->st), 1);
+	struct fp_net_stats ns;
+	fp_stack_stats(h->st, &ns);
+	assert_int_equal(ns.tcp_bad, 1);
+}
+
 /* ======================================================================================
  * Active open
  * ====================================================================================== */
@@ -886,6 +902,7 @@ static void test_rst_in_window_not_exact_gets_challenge_ack(void **state)
 	t_no_event(h);
 	assert_int_equal(c->state, FP_TCP_ESTABLISHED);
 	assert_int_equal(nh_stats(h).tcp_challenge_ack, ch0 + 1);
+	nh_advance(h, T0 + TCP_CHALLENGE_ACK_GAP_MS * 1000 + 1000); /* past the per-conn limit */
 	t_send(h, RST | ACK, R + T_RCVBUF - 1, S, NULL, 0);
 	t_expect(h, &p, ACK, S, R, T_RCVBUF, 0);
 	t_expect_none(h);
@@ -1025,33 +1042,73 @@ static void test_rst_in_time_wait_frees_conn(void **state)
 	rst_frees(*state, FP_TCP_TIME_WAIT);
 }
 
-/* RFC 5961 §7: challenge ACKs are rate limited (TCP_CHALLENGE_ACK_PER_SEC per stack); the
- * limit refills with time. */
-static void test_challenge_ack_rate_limited_per_second(void **state)
+/* RFC 5961 §7: challenge ACKs are rate limited per conn, one per TCP_CHALLENGE_ACK_GAP_MS;
+ * the rest are counted as skipped; the limit passes with time. */
+static void test_challenge_ack_rate_limited_per_conn(void **state)
 {
 	struct nh *h = *state;
 	struct nh_pkt p;
-	unsigned sent = 0;
 	uint64_t ch0 = nh_stats(h).tcp_challenge_ack;
 
 	t_conn(h, t_est());
-	for (unsigned i = 0; i < TCP_CHALLENGE_ACK_PER_SEC + 300; i++) {
-		t_send(h, RST, R + 1 + i % 1000, 0, NULL, 0);
-		if (fp_stack_tx_pending(h->st)) {
-			t_expect(h, &p, ACK, S, R, T_RCVBUF, 0);
-			sent++;
-		}
-		t_expect_none(h);
-	}
-	assert_true(sent > 0);
-	assert_true(sent <= TCP_CHALLENGE_ACK_PER_SEC);
-	assert_int_equal(nh_stats(h).tcp_challenge_ack - ch0, sent);
+	for (unsigned i = 0; i < 300; i++)
+		t_send(h, RST, R + 1 + i, 0, NULL, 0);
+	t_expect(h, &p, ACK, S, R, T_RCVBUF, 0);
+	t_expect_none(h);
+	assert_int_equal(nh_stats(h).tcp_challenge_ack - ch0, 1);
+	assert_int_equal(nh_stats(h).tcp_challenge_ack_skip, 299);
 	t_no_event(h);
 
-	nh_advance(h, T0 + SEC);
+	nh_advance(h, T0 + TCP_CHALLENGE_ACK_GAP_MS * 1000 - 2000);
+	t_send(h, RST, R + 1, 0, NULL, 0);
+	t_expect_none(h);
+	nh_advance(h, T0 + TCP_CHALLENGE_ACK_GAP_MS * 1000 + 2000);
 	t_send(h, RST, R + 1, 0, NULL, 0);
 	t_expect(h, &p, ACK, S, R, T_RCVBUF, 0);
 	t_expect_none(h);
+}
+
+/* CVE-2016-5696: spoofed in-window RSTs aimed at someone else's conn must not change how
+ * many challenge ACKs an attacker's own conn gets: nothing is shared between conns. Before
+ * (one budget of 1000/s per stack) the count dropped by what the victim's conn took. */
+static unsigned challenge_acks_seen_by_attacker(struct nh *h, bool hit_victim)
+{
+	struct nh_pkt p;
+	struct tcp_test_conn_params victim = t_est(), own = t_est();
+	uint64_t t0 = h->now_us;
+	unsigned got = 0;
+
+	own.rport = T_RPORT + 1;
+	t_conn(h, victim);
+	t_conn(h, own);
+	for (unsigned i = 0; i < 2000; i++) {
+		/* the guess: the victim's 4-tuple with an in-window sequence, or a miss */
+		struct t_seg g = { .sport = hit_victim ? T_RPORT : T_RPORT + 7, .dport = T_LPORT,
+				   .flags = RST, .seq = R + 1 + i };
+		t_input(h, &g);
+		while (nh_pop(h, &p) == 0)
+			;                       /* whatever the victim's conn sends back */
+		struct t_seg mine = { .sport = T_RPORT + 1, .dport = T_LPORT, .flags = RST,
+				      .seq = R + 1 + i };
+		t_input(h, &mine);
+		while (nh_pop(h, &p) == 0)
+			got += p.tcp.dport == T_RPORT + 1;
+		nh_advance(h, t0 + (uint64_t)(i + 1) * 1000); /* 2 s of probing, 1 ms apart */
+	}
+	return got;
+}
+
+static void test_challenge_ack_no_side_channel(void **state)
+{
+	struct nh *h = *state;
+	unsigned miss = challenge_acks_seen_by_attacker(h, false);
+	struct fp_stack_config cfg = nh_config(h);
+
+	cfg.rcv_buf = T_RCVBUF;
+	t_restart(h, &cfg);
+	unsigned hit = challenge_acks_seen_by_attacker(h, true);
+	assert_true(miss > 0);
+	assert_int_equal(hit, miss);
 }
 
 /* RFC 5961 §4.2 (RFC 9293 §3.10.7.4 fourth): a SYN in a synchronized state, whatever its
@@ -1067,6 +1124,7 @@ static void test_syn_in_established_gets_challenge_ack(void **state)
 	t_expect(h, &p, ACK, S, R, T_RCVBUF, 0);
 	t_expect_none(h);
 	assert_int_equal(nh_stats(h).tcp_challenge_ack, ch0 + 1);
+	nh_advance(h, T0 + TCP_CHALLENGE_ACK_GAP_MS * 1000 + 1000); /* past the per-conn limit */
 	t_send(h, SYN | ACK, R + 100, S, NULL, 0);
 	t_expect(h, &p, ACK, S, R, T_RCVBUF, 0);
 	t_expect_none(h);
@@ -2457,6 +2515,33 @@ static void test_time_wait_fin_retransmit_acked_and_restarted(void **state)
 	assert_int_equal(fp_stack_tcp_conns(h->st), 0);
 }
 
+/* RFC 9293 §3.10.7.4 first and fifth steps in TIME-WAIT: data (not acceptable after the
+ * peer's FIN) and an ACK of something never sent are each answered with an ACK, as Linux
+ * answers them; neither restarts the 2 MSL wait (issue 16, item 10). */
+static void test_time_wait_data_and_bad_ack_get_an_ack(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct tcp_test_conn_params cp = t_est();
+
+	cp.state = FP_TCP_TIME_WAIT;
+	cp.snd_una = cp.snd_nxt = S + 1;
+	cp.rcv_nxt = R + 1;
+	cp.app_owned = false;
+	struct fp_tcp_conn *c = t_conn(h, cp);
+
+	t_send(h, ACK | PSH, R + 1, S + 1, t_pat, 10);           /* data after the FIN */
+	t_expect(h, &p, ACK, S + 1, R + 1, T_ANY, 0);
+	t_expect_none(h);
+	t_send(h, ACK, R + 1, S + 5000, NULL, 0);                /* acks what we never sent */
+	t_expect(h, &p, ACK, S + 1, R + 1, T_ANY, 0);
+	t_expect_none(h);
+	assert_int_equal(c->state, FP_TCP_TIME_WAIT);
+	quiet_until(h, T0 + FP_NET_DEFAULT_TIME_WAIT_US - 1);
+	nh_advance(h, T0 + FP_NET_DEFAULT_TIME_WAIT_US + TICK);
+	assert_int_equal(fp_stack_tcp_conns(h->st), 0);
+}
+
 /* RFC 9293 §3.6.1 (MAY-2, RFC 6191): a SYN for a 4-tuple in TIME-WAIT whose ISN is above
  * everything of the old incarnation may reopen it: the old conn goes, the listener answers
  * with a SYN-ACK. */
@@ -2789,6 +2874,7 @@ int main(void)
 		T(test_closed_port_rst_not_answered),
 		T(test_listen_ack_without_conn_gets_rst),
 		T(test_listen_rst_ignored),
+		T(test_listen_syn_fin_dropped),
 		/* active open */
 		TD(test_dial_sends_syn_with_options),
 		TD(test_syn_sent_synack_establishes),
@@ -2821,7 +2907,8 @@ int main(void)
 		T(test_rst_in_closing_frees_conn),
 		T(test_rst_in_last_ack_frees_conn),
 		T(test_rst_in_time_wait_frees_conn),
-		T(test_challenge_ack_rate_limited_per_second),
+		T(test_challenge_ack_rate_limited_per_conn),
+		T(test_challenge_ack_no_side_channel),
 		T(test_syn_in_established_gets_challenge_ack),
 		/* ACK processing */
 		T(test_ack_of_unsent_data_gets_ack_and_dropped),
@@ -2883,6 +2970,7 @@ int main(void)
 		T(test_half_close_still_receives),
 		T(test_data_after_close_answered_with_rst),
 		T(test_time_wait_fin_retransmit_acked_and_restarted),
+		T(test_time_wait_data_and_bad_ack_get_an_ack),
 		T(test_time_wait_syn_with_higher_seq_reopens),
 		/* wrap, cookies, keep-alive, ports, leaks */
 		T(test_seq_wraparound_both_directions),

@@ -309,6 +309,7 @@ class Bench:
             rates = sorted(r for r in rates if r > 0)
             path = self.out / f"{wl}-{server}-r{k + 1}.json"
             c0, st0, t0 = self.server_counters(server, w), steal_jiffies(), time.time()
+            rd0, ks0 = run_delay_ns(p.pid), ksoftirqd_s()
             j = self.sweep(w, addr, wl, rates, path)
             extra = refine_rates(j["points"])
             if extra:
@@ -317,6 +318,7 @@ class Bench:
                 j["points"] = sorted(j["points"] + j2["points"], key=lambda q: q["target_rps"])
                 path.write_text(json.dumps(j, indent=1))
             c1, st1, t1 = self.server_counters(server, w), steal_jiffies(), time.time()
+            rd1, ks1 = run_delay_ns(p.pid), ksoftirqd_s()
             log(f"{wl} / {server}: {len(j['points'])} points -> {path}")
         finally:
             self.stop(p)
@@ -326,6 +328,9 @@ class Bench:
                         ("gap_ns", "server_gap_ns")):
             r[name] = c1[k] - c0[k] if c0[k] is not None and c1[k] is not None else None
         r["measured_s"] = t1 - t0
+        r["server_wait_share"] = (rd1 - rd0) / 1e9 / (t1 - t0) if rd0 is not None and \
+            rd1 is not None else None
+        r["ksoftirqd_share"] = (ks1 - ks0) / (t1 - t0)
         r["steal_share"] = steal_share(st0, st1)
         r["completed"] = sum(q["completed"] for q in j["points"])
         return r
@@ -415,6 +420,36 @@ def machine():
 def near(points, rate):
     """The point whose target is closest to @rate."""
     return min(points, key=lambda p: abs(p["target_rps"] - rate))
+
+
+def run_delay_ns(pid):
+    """Time @pid's threads spent runnable but not running (waiting behind other tasks:
+    ksoftirqd, a neighbour, the client), from /proc/PID/task/*/schedstat; None if gone."""
+    total = 0
+    try:
+        for t in pathlib.Path(f"/proc/{pid}/task").iterdir():
+            total += int((t / "schedstat").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+def ksoftirqd_s():
+    """CPU seconds the ksoftirqd threads have used: softirq work (veth's NAPI, the copy
+    into AF_XDP rings) that the kernel deferred to them instead of running it inline."""
+    total = 0
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            st = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        if comm.startswith("ksoftirqd/"):
+            f = st[st.rindex(")") + 2:].split()
+            total += int(f[11]) + int(f[12])          # utime, stime (fields 14, 15)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def steal_jiffies():
@@ -539,6 +574,8 @@ def aggregate(rounds):
                                            if r.get("server_gap_ns") is not None
                                            and r.get("measured_s") else None for r in rs]),
                "server_loop_gaps": spread([r.get("server_loop_gaps") for r in rs]),
+               "server_wait_share": spread([r.get("server_wait_share") for r in rs]),
+               "ksoftirqd_share": spread([r.get("ksoftirqd_share") for r in rs]),
                "invalid_points": sum(r["invalid_points"] for r in rs),
                "points": sum(r["points"] for r in rs),
                "slip_p99_max_us": max(r["slip_p99_max_us"] for r in rs)}
@@ -614,16 +651,21 @@ def table(res):
                                  + ("*" if q["invalid"] else ""))
                 out.append(f"| {name} | " + " | ".join(cells) + " |")
         out += ["", "Stalls and retransmissions (per server, over all rounds):", "",
-                "| server | steal time | server loop gaps > 50 µs (share of time) "
+                "| server | steal time | server runnable, not running | ksoftirqd CPU "
+                "| server loop gaps > 50 µs (share of time) "
                 "| client send slip, worst point's p99 | invalid points "
-                "| server TCP retransmissions per 1k requests |", "|---|---|---|---|---|---|"]
+                "| server TCP retransmissions per 1k requests |",
+                "|---|---|---|---|---|---|---|---|"]
         for name, r in runs.items():
             steal = fmt_spread(r["steal_share"], lambda x: f"{x:.1%}")
             rx = fmt_spread(r["retransmits_per_1k"], lambda x: f"{x:.2f}")
             gaps = "not ours to count" if name == "memcached" else (
                 f"{fmt_spread(r['server_loop_gaps'], lambda x: f'{x:,.0f}')} "
                 f"({fmt_spread(r['server_gap_share'], lambda x: f'{x:.2%}')})")
-            out.append(f"| {name} | {steal} | {gaps} | {r['slip_p99_max_us']:,.0f} µs | "
+            pct = lambda x: f"{x:.1%}"   # noqa: E731
+            out.append(f"| {name} | {steal} | {fmt_spread(r['server_wait_share'], pct)} | "
+                       f"{fmt_spread(r['ksoftirqd_share'], pct)} | "
+                       f"{gaps} | {r['slip_p99_max_us']:,.0f} µs | "
                        f"{r['invalid_points']} of {r['points']} | {rx} |")
         out += ["", "SLO throughput is interpolated between the two valid points around the "
                 "crossing (a second run places points inside that bracket). A ratio is a win "

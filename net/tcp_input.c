@@ -175,7 +175,10 @@ static struct fp_tcp_conn *listen_input(struct fp_stack *st, struct fp_tcp_conn 
 		return NULL;
 	}
 	if (ts->n_limited >= st->cfg.max_conns) {
+		/* Refuse at once (RST, as a closed port does) rather than drop: a dropped SYN
+		 * leaves the client waiting for its connect timeout. */
 		NET_STAT_INC(st, tcp_conn_limit);
+		tcp_send_reset(st, s->ip, t, s->seg_len);
 		return NULL;
 	}
 	if (ts->n_embryonic >= st->cfg.syn_backlog) {

@@ -163,11 +163,93 @@ static struct fp_flow *kt_flow_new(struct kt *kt, int fd, uint64_t cookie)
 	return f;
 }
 
+/* A warning from a per-event path, at most once per KT_LOG_EVERY_US, with the count. */
+static bool kt_log_due(uint64_t *last_us)
+{
+	uint64_t now = rt_now_us();
+
+	if (*last_us && now - *last_us < KT_LOG_EVERY_US)
+		return false;
+	*last_us = now;
+	return true;
+}
+
+void kt_accept_failed(struct kt *kt, struct kt_port *l, int err)
+{
+	struct fp_rt_worker_stats *st = kt->ctx.stats;
+
+	if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) {
+		if (kt_log_due(&kt->accept_log_us))
+			log_warn("kernel: accept on port %u: %s", l->port, strerror(err));
+		return;
+	}
+	st->drops[FP_RT_DROP_accept_failed]++;
+	if (!l->paused_until_us) {
+		kt->n_paused++;
+		kt->eng->accept_pause(kt, l, true);
+	}
+	l->paused_until_us = rt_now_us() + KT_ACCEPT_BACKOFF_US;
+	if (kt_log_due(&kt->accept_log_us)) {
+		uint64_t n = st->drops[FP_RT_DROP_accept_failed];
+		log_warn("kernel: accept on port %u: %s: new connections wait in the kernel's "
+			 "queue (%llu times so far; raise ulimit -n or lower the connection "
+			 "limit)", l->port, strerror(err),
+			 (unsigned long long)(n - kt->accept_failed_logged));
+		kt->accept_failed_logged = n;
+	}
+}
+
+/* Listeners whose pause is over accept again; the earliest pause still running, or 0. */
+static uint64_t kt_accept_resume(struct kt *kt, uint64_t now)
+{
+	struct kt_port *l;
+	uint64_t next = 0;
+
+	LIST_FOREACH(l, &kt->listeners, link) {
+		if (!l->paused_until_us)
+			continue;
+		if (l->closed || now >= l->paused_until_us) {
+			l->paused_until_us = 0;
+			kt->n_paused--;
+			if (!l->closed)
+				kt->eng->accept_pause(kt, l, false);
+		} else if (!next || l->paused_until_us < next) {
+			next = l->paused_until_us;
+		}
+	}
+	return next;
+}
+
+/* Past --max-conns: reset the connection at once (counted), as the AF_XDP stack does. */
+static bool kt_over_limit(struct kt *kt, struct kt_port *l, int fd)
+{
+	uint32_t max = kt->cfg->stack.max_conns ? kt->cfg->stack.max_conns
+						: FP_NET_DEFAULT_MAX_CONNS;
+	struct fp_rt_worker_stats *st = kt->ctx.stats;
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	if (kt->n_flows < max)
+		return false;
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+	st->drops[FP_RT_DROP_conn_limit]++;
+	if (kt_log_due(&kt->conn_limit_log_us)) {
+		uint64_t n = st->drops[FP_RT_DROP_conn_limit];
+		log_warn("kernel: port %u: %u connections open (--max-conns): %llu more reset",
+			 l->port, max, (unsigned long long)(n - kt->conn_limit_logged));
+		kt->conn_limit_logged = n;
+	}
+	return true;
+}
+
 void kt_accepted(struct kt *kt, struct kt_port *l, int fd, const struct sockaddr_in *from)
 {
-	struct fp_flow *f = kt_flow_new(kt, fd, l->cookie);
+	struct fp_flow *f;
 	struct fp_cond *c;
 
+	if (kt_over_limit(kt, l, fd))
+		return;
+	f = kt_flow_new(kt, fd, l->cookie);
 	if (!f) {
 		close(fd);
 		return;
@@ -518,6 +600,12 @@ static uint64_t kt_timeout_us(const struct kt *kt, uint64_t now, uint64_t last_w
 	if (now - last_work_us < kt->cfg->spin_us)
 		return 0;
 	next = rt_ctx_next_us(ctx);
+	if (kt->n_paused) {
+		struct kt_port *l;
+		LIST_FOREACH(l, &kt->listeners, link)
+			if (l->paused_until_us && l->paused_until_us < next)
+				next = l->paused_until_us;
+	}
 	if (next <= now)
 		return 0;
 	return next - now < KT_MAX_SLEEP_US ? next - now : KT_MAX_SLEEP_US;
@@ -578,6 +666,8 @@ static void kt_loop(struct kt *kt)
 			work = true;
 		kt->eng->flush(kt);
 		kt_reap(kt);   /* flows closed this round: no event of this batch is left */
+		if (kt->n_paused)
+			kt_accept_resume(kt, now);
 		kt_account(kt, work, timeout > 0, (unsigned)n, n_conds, t0, t1, fp_rdtsc(), now);
 		if (work)
 			last_work_us = now;

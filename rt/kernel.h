@@ -37,6 +37,8 @@
 #define KT_MAX_SLEEP_US      100000u  /* so a stop is noticed within 100 ms */
 #define KT_STARVED_SLEEP_US  1000u    /* pool empty: retry pending reads this often */
 #define KT_PUBLISH_US        1000u    /* slow stats (pool, conns, wall clock) */
+#define KT_ACCEPT_BACKOFF_US 10000u   /* accept() out of files: try again this much later */
+#define KT_LOG_EVERY_US      (10u * 1000 * 1000) /* a per-event warning, at most this often */
 
 enum kt_kind { KT_FLOW = 1, KT_LISTENER, KT_UDP, KT_WAKE };
 
@@ -69,6 +71,7 @@ struct kt_port {                  /* a listener or a bound UDP port */
 	struct kt_sock s;
 	uint16_t port;
 	bool closed;                  /* unlistened; freed with its last completion */
+	uint64_t paused_until_us;     /* listener: accept() ran out of files; 0 = accepting */
 	uint64_t cookie;
 	LIST_ENTRY(kt_port) link;
 };
@@ -102,6 +105,8 @@ struct kt_engine {
 	int (*poll)(struct kt *kt, uint64_t timeout_us);
 	/* The round's calls and timers ran: issue the I/O they queued. */
 	void (*flush)(struct kt *kt);
+	/* Stop (@pause) or restart watching listener @l for connections to accept. */
+	void (*accept_pause)(struct kt *kt, struct kt_port *l, bool pause);
 };
 
 extern const struct kt_engine kt_engine_epoll;
@@ -135,7 +140,14 @@ struct kt {
 	LIST_HEAD(, kt_port) listeners, udps, dead_ports;
 	uint64_t n_flows;
 	uint64_t next_publish_us;
+	unsigned n_paused;            /* listeners with paused_until_us set */
+	uint64_t accept_log_us, conn_limit_log_us;   /* rate limits of those warnings */
+	uint64_t accept_failed_logged, conn_limit_logged; /* counts at the last warning */
 };
+
+/* accept() on @l failed with @err (positive errno): out of files or memory pauses the
+ * listener (counted, warned at most every KT_LOG_EVERY_US); anything else is warned. */
+void kt_accept_failed(struct kt *kt, struct kt_port *l, int err);
 
 static inline void kt_pend_add(struct kt *kt, struct kt_sock *s)
 {

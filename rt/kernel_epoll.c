@@ -64,6 +64,16 @@ static int ke_add(struct kt *kt, struct kt_sock *s)
 	}
 }
 
+/* A paused listener stays registered with no events, so level-triggered readiness stops
+ * reporting the connections it cannot accept (which would spin the loop). */
+static void ke_accept_pause(struct kt *kt, struct kt_port *l, bool pause)
+{
+	struct epoll_event ev = { .events = pause ? 0 : EPOLLIN, .data.ptr = &l->s };
+
+	if (l->s.fd >= 0)
+		epoll_ctl(ke_of(kt)->epfd, EPOLL_CTL_MOD, l->s.fd, &ev);
+}
+
 /* Explicit DEL before close: a forked child holding the fd would keep the registration
  * (and its pointer to freed memory) alive. */
 static void ke_close(struct kt *kt, struct kt_sock *s, bool abort)
@@ -180,7 +190,7 @@ static void ke_accept(struct kt *kt, struct kt_port *l)
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				log_warn("kernel: accept on port %u: %s", l->port, strerror(errno));
+				kt_accept_failed(kt, l, errno);
 			return;
 		}
 		kt_accepted(kt, l, fd, &sa);
@@ -402,4 +412,5 @@ const struct kt_engine kt_engine_epoll = {
 	.shutdown = ke_shutdown,
 	.poll = ke_poll,
 	.flush = ke_flush,
+	.accept_pause = ke_accept_pause,
 };

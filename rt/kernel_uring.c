@@ -287,7 +287,6 @@ static void ku_port_arm(struct kt *kt, struct kt_port *p)
 
 static bool ku_accept_cqe(struct kt *kt, struct kt_port *l, const struct io_uring_cqe *cqe)
 {
-	struct ku *ku = ku_of(kt);
 	int res = cqe->res;
 
 	if (res >= 0 && l->closed) {
@@ -297,14 +296,12 @@ static bool ku_accept_cqe(struct kt *kt, struct kt_port *l, const struct io_urin
 		socklen_t sl = sizeof(sa);
 		(void)getpeername(res, (struct sockaddr *)&sa, &sl);
 		kt_accepted(kt, l, res, &sa);
-	} else if (res != -ECANCELED && res != -ECONNABORTED && res != -EINTR && !l->closed &&
-		   !ku->warned_accept) {
-		ku->warned_accept = true;
-		log_warn("kernel: accept on port %u: %s", l->port, strerror(-res));
+	} else if (res != -ECANCELED && res != -ECONNABORTED && res != -EINTR && !l->closed) {
+		kt_accept_failed(kt, l, -res);
 	}
 	if (!(cqe->flags & IORING_CQE_F_MORE)) {
-		if (!l->closed)
-			kt_pend_add(kt, &l->s);   /* re-armed in the flush */
+		if (!l->closed && !l->paused_until_us)
+			kt_pend_add(kt, &l->s);   /* re-armed in the flush; paused: on resume */
 		ku_op_end(kt, &l->s);
 	}
 	return res >= 0;
@@ -491,6 +488,14 @@ static void ku_pending_arm(struct kt *kt)
 	}
 }
 
+/* A multishot accept ends with its error; while paused it is not re-armed, and on resume
+ * it is (unless one is still in flight). */
+static void ku_accept_pause(struct kt *kt, struct kt_port *l, bool pause)
+{
+	if (!pause && !l->s.ops)
+		kt_pend_add(kt, &l->s);
+}
+
 static void ku_flush(struct kt *kt)
 {
 	ku_ring_fill(kt);
@@ -600,4 +605,5 @@ const struct kt_engine kt_engine_uring = {
 	.shutdown = ku_shutdown,
 	.poll = ku_poll,
 	.flush = ku_flush,
+	.accept_pause = ku_accept_pause,
 };

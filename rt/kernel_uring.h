@@ -59,7 +59,6 @@ struct ku {
 	uint32_t tx_cap;              /* chunk slots per flow */
 	struct ku_dirtyq dirty;       /* flows with data to send and no send in flight */
 	struct msghdr udp_msg;        /* what multishot recvmsg lays out in each buffer */
-	bool warned_accept;
 	struct fp_mbuf *refill[KU_REFILL_BULK];
 };
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <flowplane/compiler.h>
@@ -452,6 +453,38 @@ static void parse(struct kv_main *m, int argc, char **argv)
 
 /* ---- the run ---- */
 
+/*
+ * On Linux sockets every connection is a file: -c connections need that many open files
+ * and a few more (listeners, io_uring or epoll, the stats segment, stdio). Raise the soft
+ * limit to what -c needs, and the hard one too when allowed (root); when neither can be,
+ * refuse to start, as memcached does, rather than fail accept() under load later.
+ */
+#define KV_FD_RESERVE 64u
+
+static void check_nofile(const struct kv_main *m)
+{
+	struct rlimit rl;
+	rlim_t need = (rlim_t)m->set.maxconns + KV_FD_RESERVE + 8u * m->rt.n_workers;
+
+	if (m->rt.transport != FP_TRANSPORT_KERNEL || getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= need)
+		return;
+	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
+		rl.rlim_cur = need;
+		if (!setrlimit(RLIMIT_NOFILE, &rl))
+			return;
+	}
+	struct rlimit want = { need, need };
+	if (!setrlimit(RLIMIT_NOFILE, &want))
+		return;
+	fprintf(stderr, "fp-kv: -c %u needs %llu open files on the kernel transport and the "
+		"limit is %llu (ulimit -n): lower -c, raise the limit, or start as root\n",
+		m->set.maxconns, (unsigned long long)need,
+		(unsigned long long)(rl.rlim_max == RLIM_INFINITY ? rl.rlim_cur : rl.rlim_max));
+	exit(1);
+}
+
 static void finish_config(struct kv_main *m)
 {
 	size_t pending = 2 * (size_t)m->store.item_max + (64u << 10);
@@ -483,6 +516,7 @@ int main(int argc, char **argv)
 	defaults(&m);
 	parse(&m, argc, argv);
 	finish_config(&m);
+	check_nofile(&m);
 	store = kv_store_create(&m.store, err, sizeof(err));
 	if (!store) {
 		fprintf(stderr, "fp-kv: %s\n", err);

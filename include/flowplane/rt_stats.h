@@ -16,7 +16,7 @@
  * round, so a reader can tell a worker that stopped moving.
  */
 #define FP_RT_STATS_MAGIC   0x7374706677u  /* "wfpst" */
-#define FP_RT_STATS_VERSION 1u
+#define FP_RT_STATS_VERSION 2u
 
 #define FP_RT_BATCH_BUCKETS 65   /* frames per stack pass: 0..63 exact, 64+ in the last */
 #define FP_RT_LOG2_BUCKETS  32   /* bucket i counts values in [2^(i-1), 2^i), bucket 0: 0 */
@@ -29,7 +29,10 @@
 	X(tx_full)         /* device refused frames (ring full) after retry: freed */ \
 	X(dev_rx_dropped)  /* the kernel dropped frames for us (AF_XDP XDP_STATISTICS) */ \
 	X(dev_fill_empty)  /* polls that found the fill ring empty */ \
-	X(dev_invalid)     /* invalid descriptors */
+	X(dev_invalid)     /* invalid descriptors */ \
+	X(accept_failed)   /* kernel: accept() failed for lack of files or memory (EMFILE, \
+			    * ENFILE, ENOBUFS, ENOMEM): accepting pauses KT_ACCEPT_BACKOFF_US */ \
+	X(conn_limit)      /* kernel: a connection past --max-conns, reset at once */
 
 enum fp_rt_drop {
 #define FP_RT_DROP_ENUM(name) FP_RT_DROP_##name,

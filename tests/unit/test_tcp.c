@@ -457,6 +457,31 @@ static void test_listen_syn_fin_dropped(void **state)
 	assert_int_equal(ns.tcp_bad, 1);
 }
 
+/* Past cfg.max_conns a SYN to a listener is refused with <SEQ=0><ACK=SEG.SEQ+1><RST,ACK>
+ * and counted; it was dropped, so clients hung until their connect timeout (issue 16, 4). */
+static void test_listen_syn_past_max_conns_gets_rst(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct fp_stack_config cfg = nh_config(h);
+
+	cfg.rcv_buf = T_RCVBUF;
+	cfg.max_conns = 1;                       /* one embryo (listeners do not count) */
+	t_restart(h, &cfg);
+	assert_int_equal(fp_tcp_listen(h->st, T_LPORT, T_LCOOKIE), 0);
+	t_send(h, SYN, 7000, 0, NULL, 0);
+	t_expect(h, &p, SYN | ACK, T_ANY, 7001, T_ANY, 0);
+	struct t_seg s2 = { .sport = T_RPORT + 1, .dport = T_LPORT, .flags = SYN, .seq = 9000 };
+	t_input(h, &s2);
+	assert_int_equal(nh_pop(h, &p), 0);
+	assert_int_equal(p.tcp.flags, RST | ACK);
+	assert_int_equal(p.tcp.dport, T_RPORT + 1);
+	assert_int_equal(p.tcp.ack, 9001);
+	t_expect_none(h);
+	assert_int_equal(nh_stats(h).tcp_conn_limit, 1);
+	assert_int_equal(fp_stack_tcp_conns(h->st), 2);
+}
+
 /* ======================================================================================
  * Active open
  * ====================================================================================== */
@@ -2875,6 +2900,7 @@ int main(void)
 		T(test_listen_ack_without_conn_gets_rst),
 		T(test_listen_rst_ignored),
 		T(test_listen_syn_fin_dropped),
+		T(test_listen_syn_past_max_conns_gets_rst),
 		/* active open */
 		TD(test_dial_sends_syn_with_options),
 		TD(test_syn_sent_synack_establishes),

@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <ifaddrs.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
@@ -410,6 +411,43 @@ void rt_run_wake(struct rt_run *run)
 }
 
 /* Step "config": what every transport needs before anything is opened. */
+/*
+ * The address flowplane's own stack answers for must be one unicast address nobody else on
+ * the link uses: an XDP filter takes every frame for it, so the host's own address would
+ * silently take the host's traffic (a memcached on it becomes unreachable), and broadcast,
+ * multicast, loopback, "this network" or the subnet's own network/broadcast address are
+ * not an address a host may have. NULL when fine, else what is wrong.
+ */
+static const char *rt_ip_problem(uint32_t ip, uint8_t prefix, char *owner, size_t ownerlen)
+{
+	uint32_t mask = prefix ? ~0u << (32 - prefix) : 0;
+	struct ifaddrs *ifa, *i;
+
+	if ((ip >> 24) == 0)
+		return "is in 0.0.0.0/8 (\"this network\"), not a host address";
+	if ((ip >> 24) == 127)
+		return "is a loopback address";
+	if ((ip >> 28) == 14)
+		return "is a multicast address";
+	if ((ip >> 28) == 15)
+		return "is broadcast or reserved (240.0.0.0/4)";
+	if (prefix <= 30 && (ip & ~mask) == ~mask)
+		return "is the subnet's broadcast address";
+	if (prefix <= 30 && (ip & ~mask) == 0)
+		return "is the subnet's network address";
+	if (getifaddrs(&ifa))
+		return NULL;
+	for (i = ifa; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    ntohl(((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr) == ip) {
+			snprintf(owner, ownerlen, "%s", i->ifa_name);
+			freeifaddrs(ifa);
+			return "is this host's own address";
+		}
+	freeifaddrs(ifa);
+	return NULL;
+}
+
 static int step_config(struct rt_start *s)
 {
 	struct fp_rt_config *c = &s->cfg;
@@ -439,6 +477,22 @@ static int step_config(struct rt_start *s)
 		return snprintf(s->err, sizeof(s->err), "the %s transport needs our address: add "
 				"--ip A.B.C.D/N", c->transport == FP_TRANSPORT_XDP ? "xdp" : "pair"),
 		       -EINVAL;
+	if (c->transport == FP_TRANSPORT_XDP) {
+		char owner[32] = "", on[48] = "", ip[INET_ADDRSTRLEN];
+		struct in_addr a = { htonl(c->ipv4) };
+		const char *why = rt_ip_problem(c->ipv4, c->prefix_len ? c->prefix_len : 24, owner,
+						sizeof(owner));
+
+		if (why) {
+			inet_ntop(AF_INET, &a, ip, sizeof(ip));
+			if (*owner)
+				snprintf(on, sizeof(on), " (on %s)", owner);
+			return snprintf(s->err, sizeof(s->err), "--ip %s %s%s: flowplane's stack "
+					"needs an unused unicast address on %s's subnet", ip, why, on,
+					c->ifname),
+			       -EINVAL;
+		}
+	}
 	for (unsigned i = 0; c->transport == FP_TRANSPORT_PAIR && i < c->n_workers; i++)
 		if (!c->pair[i])
 			return snprintf(s->err, sizeof(s->err), "the pair transport needs "

@@ -316,3 +316,36 @@ def test_kv_refuses_conn_limit_above_open_files(build_dir):
     assert r.returncode == 1, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "-c 5000 needs" in lines[0] and "ulimit -n" in lines[0], lines
+
+
+def host_ipv4():
+    """An address of this host other than loopback, or None."""
+    r = run(["ip", "-4", "-o", "addr", "show"])
+    for line in r.stdout.splitlines():
+        addr = line.split()[3].split("/")[0]
+        if not addr.startswith("127."):
+            return addr
+    return None
+
+
+@pytest.mark.parametrize("ip,why", [
+    ("224.0.0.5/24", "is a multicast address"),
+    ("255.255.255.255/24", "is broadcast or reserved"),
+    ("10.9.8.255/24", "is the subnet's broadcast address"),
+    ("10.9.8.0/24", "is the subnet's network address"),
+    ("127.0.0.2/8", "is a loopback address"),
+    ("0.1.2.3/8", "not a host address"),
+    ("host", "is this host's own address (on "),
+])
+def test_xdp_ip_must_be_an_unused_unicast_address(build_dir, ip, why):
+    """--ip on AF_XDP: the host's own address would silently take the host's traffic;
+    broadcast and multicast are no address at all. Refused with one line (issue 16, 5)."""
+    if ip == "host":
+        ip = host_ipv4()
+        if ip is None:
+            pytest.skip("this host has no address besides loopback")
+    r = run([build_dir / "apps" / "echo" / "fp-echo", "server", "--if", "lo", "--ip", ip,
+             "--stats", "none"], timeout=20)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and why in lines[0] and "unused unicast address" in lines[0], lines

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <flowplane/clock.h>
@@ -379,6 +380,9 @@ struct rt_thread {
 	struct rt_start *s;
 	unsigned worker;
 	pthread_t tid;
+	_Atomic pid_t ktid;               /* the kernel's id of the thread (its schedstat) */
+	uint64_t wait_ns;                 /* run-queue wait at the last starvation check */
+	uint64_t warned_us;               /* last starvation warning */
 };
 
 struct rt_start {
@@ -630,6 +634,7 @@ static void *rt_thread_main(void *arg)
 	struct rt_run *run = &t->s->run;
 	int ret;
 
+	atomic_store(&t->ktid, (pid_t)syscall(SYS_gettid));
 	switch (t->s->cfg.transport) {
 	case FP_TRANSPORT_XDP:
 		ret = rt_worker_xdp(run, t->worker, t->s->xdp);
@@ -773,16 +778,68 @@ static void rt_summary(struct rt_start *s)
 		snprintf(idle, sizeof(idle), "idle poll");
 	else
 		snprintf(idle, sizeof(idle), "idle sleep after %u us", c->spin_us);
-	fprintf(stderr, "flowplane: %s: %s, %u worker%s on core%s %s, batch %u, %s, %s\n",
+	fprintf(stderr, "flowplane: %s: %s, %u worker%s on core%s %s%s, batch %u, %s, %s\n",
 		s->run.app->name ? s->run.app->name : "app", net, c->n_workers,
-		c->n_workers == 1 ? "" : "s", c->n_workers == 1 ? "" : "s", cores, c->batch,
+		c->n_workers == 1 ? "" : "s", c->n_workers == 1 ? "" : "s", cores,
+		c->cores_set ? "" : " (the default, first cores; --cores to choose)", c->batch,
 		idle, stats);
+}
+
+/* Time @t's thread has spent runnable but waiting for its CPU (schedstat), or 0. */
+static uint64_t rt_thread_wait_ns(const struct rt_thread *t)
+{
+	char path[64];
+	unsigned long long run_ns, wait_ns;
+	pid_t tid = atomic_load(&t->ktid);
+	FILE *f;
+	int n;
+
+	if (!tid)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)tid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	n = fscanf(f, "%llu %llu", &run_ns, &wait_ns);
+	fclose(f);
+	return n == 2 ? wait_ns : 0;
+}
+
+/*
+ * A worker is pinned to its core; when another task holds that core (a real-time one, or a
+ * busy neighbour), the worker answers only when it is let run, and nothing else would say
+ * why. Every RT_STARVE_CHECK_US the main thread reads each worker's run-queue wait; a
+ * worker that waited more than half of that time is named, with its core, at most every
+ * RT_STARVE_WARN_US.
+ */
+#define RT_STARVE_CHECK_US 1000000u
+#define RT_STARVE_WARN_US  (10u * 1000000)
+
+static void rt_starve_check(struct rt_start *s, uint64_t now_us, uint64_t span_us)
+{
+	for (unsigned i = 0; i < s->n_threads; i++) {
+		struct rt_thread *t = &s->threads[i];
+		uint64_t w = rt_thread_wait_ns(t), d = w - t->wait_ns;
+
+		if (!w)
+			continue;
+		if (t->wait_ns && d > span_us * 500 &&
+		    (!t->warned_us || now_us - t->warned_us >= RT_STARVE_WARN_US)) {
+			fprintf(stderr, "flowplane: worker %u on core %d waited %.0f%% of the last "
+				"%.1f s for its CPU: another task is using core %d (see top -H, "
+				"chrt -p); pick free cores with --cores\n", i, s->cfg.cores[i],
+				100.0 * (double)d / ((double)span_us * 1000.0), (double)span_us / 1e6,
+				s->cfg.cores[i]);
+			t->warned_us = now_us;
+		}
+		t->wait_ns = w;
+	}
 }
 
 /* The main thread's part: wait for a signal or for the run to stop by itself. */
 static void rt_wait(struct rt_start *s)
 {
 	bool told = s->cfg.quiet;
+	uint64_t last_check = rt_now_us();
 
 	while (!atomic_load(&s->run.stop)) {
 		struct pollfd p[2] = { { .fd = s->sig_fd, .events = POLLIN },
@@ -799,6 +856,11 @@ static void rt_wait(struct rt_start *s)
 		    read(s->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 			atomic_store(&s->run.stop, true);
 			rt_run_wake(&s->run);
+		}
+		uint64_t now = rt_now_us();
+		if (now - last_check >= RT_STARVE_CHECK_US) {
+			rt_starve_check(s, now, now - last_check);
+			last_check = now;
 		}
 	}
 }

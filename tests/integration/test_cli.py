@@ -349,3 +349,33 @@ def test_xdp_ip_must_be_an_unused_unicast_address(build_dir, ip, why):
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and why in lines[0] and "unused unicast address" in lines[0], lines
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a real-time competitor needs root")
+def test_starved_worker_is_named(build_dir):
+    """A task at real-time priority holds the worker's core: the runtime says which worker,
+    which core, and what to do (issue 16, item 14: fp-kv answered once a second, silently)."""
+    import signal
+    import subprocess
+    import uuid
+    port, name = free_tcp_port(), f"starve-{uuid.uuid4().hex[:8]}"
+    p = echo_server(build_dir, port, name, "--cores", "0", "--idle", "poll")
+    hog = None
+    try:
+        connect_when_up(port).close()
+        # timeout runs outside the real-time class: a FIFO task of the same priority
+        # on core 0 would never let it run
+        hog = subprocess.Popen(["timeout", "3", "chrt", "-f", "1", "taskset", "-c", "0",
+                                "sh", "-c", "while :; do :; done"], start_new_session=True)
+        hog.wait(timeout=30)
+    finally:
+        if hog:                             # the whole group, whatever state it is in
+            try:
+                os.killpg(hog.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            hog.wait()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    assert "(the default, first cores" not in err      # --cores was given
+    assert "worker 0 on core 0 waited" in err and "pick free cores with --cores" in err, err

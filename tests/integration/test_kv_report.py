@@ -77,3 +77,11 @@ def test_aggregate_takes_ratios_within_a_round():
                    "config": {"rounds": 2, "duration": 2.0, "workloads": ["usr"]},
                    "runs": agg})
     assert "| fp-xdp | 150k (100k–200k) |" in md and "2.00× **win**" in md
+
+
+def test_docs_quote_the_published_demo():
+    """README.md and docs/results.md quote docs/demo/summary.* exactly as
+    tools/publish_demo.py renders them: a figure edited by hand fails here."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import publish_demo
+    assert publish_demo.main(["--check"]) == 0

@@ -43,6 +43,7 @@ import os
 import pathlib
 import platform
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -412,7 +413,10 @@ def machine():
         if line.startswith("model name"):
             model = line.split(":", 1)[1].strip()
             break
+    git = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                         capture_output=True, text=True)
     return {"cpu": model, "cores": os.cpu_count(), "kernel": platform.release(),
+            "commit": git.stdout.strip() if git.returncode == 0 else "unknown",
             "memcached": subprocess.run(["memcached", "-V"], capture_output=True,
                                         text=True).stdout.strip()}
 
@@ -745,6 +749,13 @@ def main(argv=None):
         a.duration, a.sat_duration, a.warmup = 1.0, 1.0, 0.5
         if "--rounds" not in (argv if argv is not None else sys.argv):
             a.rounds = 1
+    need = {"memcached": "memcached", "taskset": "util-linux"}
+    if not a.loopback:
+        need.update({"ip": "iproute2", "ethtool": "ethtool"})
+    missing = [f"{t} (Debian package {p})" for t, p in need.items() if not shutil.which(t)]
+    if missing:
+        log("missing " + ", ".join(missing) + ": run scripts/bootstrap as root")
+        return 2
     if os.geteuid() != 0 and not a.loopback:
         log("needs root for network namespaces and AF_XDP; --loopback runs memcached and "
             "fp-kv's kernel transport on 127.0.0.1 without root")

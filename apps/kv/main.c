@@ -48,6 +48,7 @@ struct kv_worker {
 	struct fp_evl *evl;
 	unsigned w;
 	struct fp_timer tick;
+	unsigned ticks;
 	struct kv_mconn *conns;      /* live ones, to free at fini (evl resets them silently) */
 };
 
@@ -82,11 +83,44 @@ static void kv_poll(struct fp_evl *evl)
 	kv_between_rounds(fp_evl_user(evl));
 }
 
+static void mconn_free(struct kv_mconn *mc);
+
+/* Once a second: drop the connections whose value is overdue (proto.h), freeing the
+ * memory they held; counted as the application's errors (fp-stats). */
+static void kv_uploads_check(struct kv_worker *wk)
+{
+	struct timespec ts;
+	struct kv_mconn *mc, *next;
+	uint64_t now, n = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	for (mc = wk->conns; mc; mc = next) {
+		next = mc->next;
+		if (mc->aborted || !kv_conn_upload_overdue(mc->kc, now))
+			continue;
+		fp_evl_abort(mc->c);
+		mconn_free(mc);
+		n++;
+	}
+	if (n) {
+		fp_ctx_count(fp_evl_ctx(wk->evl), 0, n);
+		if (wk->m->proto.verbose)
+			fprintf(stderr, "fp-kv: worker %u: %llu connection%s dropped: a value "
+				"arrived too slowly\n", wk->w, (unsigned long long)n,
+				n == 1 ? "" : "s");
+	}
+}
+
 static void kv_tick(struct fp_timer *t, uint64_t now_us)
 {
 	struct kv_worker *wk = fp_container_of(t, struct kv_worker, tick);
 
 	kv_between_rounds(wk);
+	if (++wk->ticks >= 1000000 / KV_TICK_US) {
+		wk->ticks = 0;
+		kv_uploads_check(wk);
+	}
 	fp_ctx_timer_add(fp_evl_ctx(wk->evl), &wk->tick, now_us + KV_TICK_US);
 }
 

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "proto.h"
 
@@ -668,7 +669,16 @@ static size_t feed_line(struct kv_conn *c, const uint8_t *d, size_t len)
 	return eol + 1;
 }
 
-/* KV_ST_DATA: copy what has come of the value into its item. */
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* KV_ST_DATA: copy what has come of the value into its item. A value that does not come
+ * in one piece gets a deadline: slow uploads hold memory that cannot be evicted. */
 static size_t feed_data(struct kv_conn *c, const uint8_t *d, size_t len)
 {
 	size_t n = c->want - c->got;
@@ -677,9 +687,19 @@ static size_t feed_data(struct kv_conn *c, const uint8_t *d, size_t len)
 		n = len;
 	memcpy(kv_new_data(c->nw) + c->got, d, n);
 	c->got += (uint32_t)n;
-	if (c->got == c->want)
+	if (c->got == c->want) {
+		c->upload_deadline_ns = 0;
 		value_done(c);
+	} else if (!c->upload_deadline_ns) {
+		c->upload_deadline_ns = mono_ns() + KV_UPLOAD_GRACE_S * 1000000000ull +
+					(uint64_t)c->want * 1000000000ull / KV_UPLOAD_MIN_BPS;
+	}
 	return n;
+}
+
+bool kv_conn_upload_overdue(const struct kv_conn *c, uint64_t now_ns)
+{
+	return c->st == KV_ST_DATA && c->upload_deadline_ns && now_ns > c->upload_deadline_ns;
 }
 
 size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)

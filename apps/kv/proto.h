@@ -98,6 +98,11 @@ void kv_conn_free(struct kv_conn *c);
 
 /* Act on @data; returns bytes consumed (see above). */
 size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len);
+/* A value has been arriving for longer than its size allows (KV_UPLOAD_GRACE_S, then at
+ * least KV_UPLOAD_MIN_BPS): the caller drops the connection, which frees the item. */
+bool kv_conn_upload_overdue(const struct kv_conn *c, uint64_t now_ns);
+#define KV_UPLOAD_GRACE_S  10u
+#define KV_UPLOAD_MIN_BPS  (64u * 1024)
 
 /* The connection must end: quit (after what was written), or memcached's closing
  * errors (a line too long, an HTTP request). feed() consumes nothing more. */
@@ -191,6 +196,8 @@ struct kv_conn {
 	unsigned reqs;               /* commands since the last flush point */
 	uint64_t ncmds;              /* request lines processed, all told (the runtime's
 				      * app_ops: fp-stats' ops/s) */
+	uint64_t upload_deadline_ns; /* a value still arriving must be in by then (monotonic
+				      * clock); 0: none arriving, or it came in one piece */
 	struct kv_stage stage;
 };
 

@@ -146,6 +146,10 @@ struct kv_store *kv_store_create(const struct kv_store_config *cfg, char *err, s
 		return NULL;
 	}
 	s->cfg = *cfg;
+	if (!s->cfg.pending_max) {
+		uint64_t two = 2ull * s->cfg.item_max;
+		s->cfg.pending_max = s->cfg.mem_limit / 8 > two ? s->cfg.mem_limit / 8 : two;
+	}
 	if (!s->cfg.n_workers)
 		s->cfg.n_workers = 1;
 	s->hashpower = pick_hashpower(cfg);
@@ -496,13 +500,25 @@ struct kv_new *kv_alloc(struct kv_store *s, unsigned w, const char *key, size_t 
 {
 	struct kv_item *it;
 
+	size_t size = kv_item_size((uint32_t)nkey, nbytes);
+
 	kv_enter(s, w);
 	if (nkey == 0 || nkey > KV_KEY_MAX || mc_ntotal(s, nkey, flags, nbytes) > s->cfg.item_max) {
 		*res = KV_TOO_LARGE;
 		return NULL;
 	}
-	it = kv_slab_alloc(s, w, kv_item_size((uint32_t)nkey, nbytes), true);
+	/* Values still arriving cannot be evicted: bounded, so slow uploads of large values
+	 * (a client sending a byte a second) cannot hold the whole store. */
+	if (atomic_fetch_add_explicit(&s->pending_bytes, size, memory_order_relaxed) + size >
+	    s->cfg.pending_max) {
+		atomic_fetch_sub_explicit(&s->pending_bytes, size, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->pending_refused, 1, memory_order_relaxed);
+		*res = KV_NO_MEMORY;
+		return NULL;
+	}
+	it = kv_slab_alloc(s, w, size, true);
 	if (!it) {
+		atomic_fetch_sub_explicit(&s->pending_bytes, size, memory_order_relaxed);
 		*res = KV_NO_MEMORY;
 		return NULL;
 	}
@@ -510,11 +526,24 @@ struct kv_new *kv_alloc(struct kv_store *s, unsigned w, const char *key, size_t 
 	return (struct kv_new *)(void *)it;
 }
 
+/* An allocated item is no longer pending (stored, or given up). */
+static void pending_done(struct kv_store *s, const struct kv_item *it)
+{
+	atomic_fetch_sub_explicit(&s->pending_bytes, kv_item_size(it->nkey, it->nbytes),
+				  memory_order_relaxed);
+}
+
+uint64_t kv_store_pending_refused(const struct kv_store *s)
+{
+	return atomic_load_explicit(&s->pending_refused, memory_order_relaxed);
+}
+
 uint8_t *kv_new_data(struct kv_new *n) { return kv_item_value((struct kv_item *)(void *)n); }
 
 void kv_new_free(struct kv_store *s, unsigned w, struct kv_new *n)
 {
 	kv_enter(s, w);
+	pending_done(s, (struct kv_item *)(void *)n);
 	kv_slab_free_new(s, (struct kv_item *)(void *)n);
 }
 
@@ -625,6 +654,7 @@ enum kv_result kv_store_item(struct kv_store *s, unsigned w, struct kv_new *n,
 	int r, tries = 0;
 
 	kv_enter(s, w);
+	pending_done(s, it);
 	cs_add(s, w, it->clsid, KV_CS_CMD_SET, 1);
 	kv_lock(l);
 	do {

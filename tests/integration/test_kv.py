@@ -880,3 +880,59 @@ def test_stats_segment_counts_requests(fpkv, build_dir):
             assert ops == 101, ops
         finally:
             c.close()
+
+
+def test_slow_uploads_do_not_take_the_store(fpkv):
+    """140 clients start 500 KB values and send a byte now and then: values still arriving
+    may hold at most an eighth of -m (8 MB: 16 of them; the rest are refused, and told so
+    once their value is swallowed, as memcached does), the other clients' sets all succeed,
+    and the uploads holding memory are dropped once overdue (10 s + 64 KiB/s), which frees
+    it. It was: 299 of 300 sets refused with out of memory, curr_items 0 (issue 16, 2)."""
+    with Started(fpkv_kernel(fpkv), ["-m", "64", "-t", "1", "-c", "1024"]) as srv:
+        slow = []
+        c = None
+        try:
+            for i in range(140):
+                s = socket.create_connection((srv.host, srv.port), timeout=20)
+                s.sendall(b"set big%d 0 0 500000\r\nx" % i)
+                slow.append(s)
+            c = Conn(srv.host, srv.port)
+            for i in range(300):
+                assert c.store(b"set", b"k%d" % i, b"v" * 1000) == b"STORED", i
+            st = c.stats()
+            assert int(st["curr_items"]) == 300
+            big = int(c.stats(b"slabs").get("total_malloced", 0))
+            assert big <= 8 * MIB + 2 * MIB, big    # the bound, the 300 small ones
+            deadline = time.time() + 60     # 10 s grace + 500 KB at 64 KiB/s, then the tick
+            open_ = list(slow)
+            while time.time() < deadline and len(open_) == len(slow):
+                for s in list(open_):
+                    s.settimeout(0.02)
+                    try:
+                        s.sendall(b"x")
+                        if s.recv(100) == b"":
+                            open_.remove(s)
+                    except socket.timeout:
+                        pass
+                    except OSError:
+                        open_.remove(s)
+                time.sleep(0.5)
+            time.sleep(1.5)                 # all overdue ones go in the same second's sweep
+            for s in list(open_):
+                s.settimeout(0.05)
+                try:
+                    s.sendall(b"x")
+                    if s.recv(100) == b"":
+                        open_.remove(s)
+                except socket.timeout:
+                    pass
+                except OSError:
+                    open_.remove(s)
+            dropped = len(slow) - len(open_)
+            assert 1 <= dropped <= 17, dropped  # those holding memory, and only those
+            assert c.store(b"set", b"after", b"v" * 1000) == b"STORED"
+        finally:
+            for s in slow:
+                s.close()
+            if c:
+                c.close()

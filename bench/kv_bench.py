@@ -413,10 +413,13 @@ def machine():
         if line.startswith("model name"):
             model = line.split(":", 1)[1].strip()
             break
-    git = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                         capture_output=True, text=True)
+    commit = "unknown"                     # git is not among the packages a user needs
+    if shutil.which("git"):
+        git = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True)
+        commit = git.stdout.strip() if git.returncode == 0 else commit
     return {"cpu": model, "cores": os.cpu_count(), "kernel": platform.release(),
-            "commit": git.stdout.strip() if git.returncode == 0 else "unknown",
+            "commit": commit,
             "memcached": subprocess.run(["memcached", "-V"], capture_output=True,
                                         text=True).stdout.strip()}
 

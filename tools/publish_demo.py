@@ -38,6 +38,15 @@ def ratio(st):
     return f"{st['median']:.2f}× ({st['min']:.2f}–{st['max']:.2f}×)"
 
 
+def rate(st):
+    k = lambda x: f"{x / 1e3:,.0f}k"   # noqa: E731
+    if not st:
+        return "–"
+    if st["n"] < 2 or st["min"] == st["max"]:
+        return k(st["median"])
+    return f"{k(st['median'])} ({k(st['min'])}–{k(st['max'])})"
+
+
 def verdict(v):
     return {"win": "a win", "loss": "a loss", "within noise": "within noise"}.get(v, v)
 
@@ -56,10 +65,15 @@ def headline(summary):
             continue
         r = runs[key]
         vs, vd = r["vs_memcached"], r["verdict"]
+
+        def slo(k):
+            if vs.get(f"slo_{k}"):
+                return f"{ratio(vs[f'slo_{k}'])} ({verdict(vd[f'slo_{k}'])})"
+            return (f"{rate(r['at_slo'][k])} req/s, where memcached met it in no round "
+                    "(no ratio)")
         out.append(f"- {names[key.split('/')[1]]}: saturation {ratio(vs['saturation'])} "
                    f"memcached's ({verdict(vd['saturation'])}); throughput at p99 ≤ 500 µs "
-                   f"{ratio(vs['slo_500'])} ({verdict(vd['slo_500'])}); at p99 ≤ 100 µs "
-                   f"{ratio(vs['slo_100'])} ({verdict(vd['slo_100'])}).")
+                   f"{slo('500')}; at p99 ≤ 100 µs {slo('100')}.")
     out += ["", "The whole table, with latency at common loads and the stall figures: "
             "`docs/results.md`; `docs/demo/summary.json` holds every figure."]
     return "\n".join(out)

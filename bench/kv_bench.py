@@ -515,7 +515,9 @@ def summarize(j, sat, mc_sat, path):
     pts = j["points"]
     s = {"saturation_rps": sat, "json": path, "at_slo": {}, "at_slo_how": {}, "own": {},
          "common": {}, "points": len(pts), "invalid_points": sum(not p["valid"] for p in pts),
-         "slip_p99_max_us": max((p["slip_us"]["p99"] for p in pts), default=0.0)}
+         "slip_p99_max_us": max((p["slip_us"]["p99"] for p in pts), default=0.0),
+         "client_gap_us": sum(p.get("client_loop_gap_us", 0.0) for p in pts),
+         "client_gap_s": sum(p["duration_s"] for p in pts)}
     for slo in SLOS_US:
         s["at_slo"][str(slo)], s["at_slo_how"][str(slo)] = slo_throughput(pts, slo)
     for f in OWN:
@@ -582,6 +584,8 @@ def aggregate(rounds):
                                            and r.get("measured_s") else None for r in rs]),
                "server_loop_gaps": spread([r.get("server_loop_gaps") for r in rs]),
                "server_wait_share": spread([r.get("server_wait_share") for r in rs]),
+               "client_gap_share": spread([r["client_gap_us"] / 1e6 / r["client_gap_s"]
+                                           if r.get("client_gap_s") else None for r in rs]),
                "ksoftirqd_share": spread([r.get("ksoftirqd_share") for r in rs]),
                "invalid_points": sum(r["invalid_points"] for r in rs),
                "points": sum(r["points"] for r in rs),
@@ -660,9 +664,10 @@ def table(res):
         out += ["", "Stalls and retransmissions (per server, over all rounds):", "",
                 "| server | steal time | server runnable, not running | ksoftirqd CPU "
                 "| server loop gaps > 50 µs (share of time) "
+                "| client loop gaps (share of time) "
                 "| client send slip, worst point's p99 | invalid points "
                 "| server TCP retransmissions per 1k requests |",
-                "|---|---|---|---|---|---|---|---|"]
+                "|---|---|---|---|---|---|---|---|---|"]
         for name, r in runs.items():
             steal = fmt_spread(r["steal_share"], lambda x: f"{x:.1%}")
             rx = fmt_spread(r["retransmits_per_1k"], lambda x: f"{x:.2f}")
@@ -672,7 +677,8 @@ def table(res):
             pct = lambda x: f"{x:.1%}"   # noqa: E731
             out.append(f"| {name} | {steal} | {fmt_spread(r['server_wait_share'], pct)} | "
                        f"{fmt_spread(r['ksoftirqd_share'], pct)} | "
-                       f"{gaps} | {r['slip_p99_max_us']:,.0f} µs | "
+                       f"{gaps} | {fmt_spread(r.get('client_gap_share'), lambda x: f'{x:.2%}')} | "
+                       f"{r['slip_p99_max_us']:,.0f} µs | "
                        f"{r['invalid_points']} of {r['points']} | {rx} |")
         out += ["", "SLO throughput is interpolated between the two valid points around the "
                 "crossing (a second run places points inside that bracket). A ratio is a win "

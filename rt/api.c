@@ -206,3 +206,9 @@ void fp_ctx_count(struct fp_ctx *ctx, uint64_t ops, uint64_t errors)
 	ctx->stats->app_ops += ops;
 	ctx->stats->app_errors += errors;
 }
+
+void fp_ctx_gaps(const struct fp_ctx *ctx, uint64_t *count, uint64_t *total_ns)
+{
+	*count = ctx->stats->gaps;
+	*total_ns = ctx->stats->gap_ns;
+}

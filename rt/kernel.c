@@ -199,25 +199,18 @@ void kt_accept_failed(struct kt *kt, struct kt_port *l, int err)
 	}
 }
 
-/* Listeners whose pause is over accept again; the earliest pause still running, or 0. */
-static uint64_t kt_accept_resume(struct kt *kt, uint64_t now)
+/* Listeners whose pause is over accept again (kt_timeout_us wakes the loop for them). */
+static void kt_accept_resume(struct kt *kt, uint64_t now)
 {
 	struct kt_port *l;
-	uint64_t next = 0;
 
 	LIST_FOREACH(l, &kt->listeners, link) {
-		if (!l->paused_until_us)
+		if (!l->paused_until_us || now < l->paused_until_us)
 			continue;
-		if (l->closed || now >= l->paused_until_us) {
-			l->paused_until_us = 0;
-			kt->n_paused--;
-			if (!l->closed)
-				kt->eng->accept_pause(kt, l, false);
-		} else if (!next || l->paused_until_us < next) {
-			next = l->paused_until_us;
-		}
+		l->paused_until_us = 0;
+		kt->n_paused--;
+		kt->eng->accept_pause(kt, l, false);
 	}
-	return next;
 }
 
 /* Past --max-conns: reset the connection at once (counted), as the AF_XDP stack does. */
@@ -386,6 +379,10 @@ static int64_t kt_port_open(struct kt *kt, const struct fp_call *c, int kind)
 
 static void kt_port_free(struct kt *kt, struct kt_port *p)
 {
+	if (p->paused_until_us) {     /* off the listeners: no resume will see it */
+		p->paused_until_us = 0;
+		kt->n_paused--;
+	}
 	kt_pend_remove(kt, &p->s);
 	kt->eng->close(kt, &p->s, false);
 	LIST_REMOVE(p, link);

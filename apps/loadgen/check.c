@@ -290,6 +290,8 @@ void lg_point_merge(struct lg_point *dst, const struct lg_point *src, struct lg_
 	dst->timeouts += src->timeouts;
 	dst->dropped += src->dropped;
 	dst->reconnects += src->reconnects;
+	dst->loop_gaps += src->loop_gaps;
+	dst->loop_gap_ns += src->loop_gap_ns;
 	fp_hist_merge(&dst->latency, &src->latency);
 	fp_hist_merge(&dst->latency_sent, &src->latency_sent);
 	fp_hist_merge(&dst->slip, &src->slip);

@@ -695,6 +695,22 @@ static void lg_progress(struct lg_worker *w)
 	}
 }
 
+/* The loop gaps since the last tick go to the point the present belongs to (a gap is seen
+ * only once the loop runs again, so it lands in the point it ended in). */
+static void lg_note_gaps(struct lg_worker *w, uint64_t now)
+{
+	uint64_t n, ns;
+	struct lg_point *pt;
+
+	fp_ctx_gaps(fp_evl_ctx(w->evl), &n, &ns);
+	if ((pt = lg_pt_now(w, now)) != NULL) {
+		pt->loop_gaps += n - w->gaps_seen;
+		pt->loop_gap_ns += ns - w->gap_ns_seen;
+	}
+	w->gaps_seen = n;
+	w->gap_ns_seen = ns;
+}
+
 /* Every LG_SWEEP_US: a slice of the connections for timeouts and reconnects; progress. */
 static void lg_tick(struct fp_timer *t, uint64_t now_us)
 {
@@ -705,6 +721,7 @@ static void lg_tick(struct fp_timer *t, uint64_t now_us)
 	unsigned hi = (unsigned)((uint64_t)w->n_conns * (w->slice + 1) / LG_SWEEP_SLICES);
 
 	w->slice = (w->slice + 1) % LG_SWEEP_SLICES;
+	lg_note_gaps(w, now);
 	if (w->phase == PH_CONNECT && now >= w->connect_deadline_ns) {
 		lg_fail(w, -ETIMEDOUT, "%u of %u connections to %s not established after %.1f s "
 			"(is the server up and accepting?)", w->n_conns - w->n_up, w->n_conns,

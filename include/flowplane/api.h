@@ -235,3 +235,6 @@ void fp_ctx_stop(struct fp_ctx *ctx, int status);
 /* The application's counters in the stats segment (fp-stats shows them): app_ops and
  * app_errors are free for the application to count what it serves. */
 void fp_ctx_count(struct fp_ctx *ctx, uint64_t ops, uint64_t errors);
+/* This worker's loop gaps so far (rt_stats.h: rounds more than 50 us apart, sleep left
+ * out): how many, and their total ns. A generator counts its own stalls with it. */
+void fp_ctx_gaps(const struct fp_ctx *ctx, uint64_t *count, uint64_t *total_ns);

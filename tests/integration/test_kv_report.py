@@ -12,7 +12,7 @@ import kv_bench as kb  # noqa: E402
 def pt(target, achieved, p99, valid=True):
     return {"target_rps": target, "achieved_rps": achieved, "valid": valid,
             "latency_us": {"p50": p99 / 2, "p99": p99}, "slip_us": {"p99": 1.0},
-            "completed": 1000}
+            "completed": 1000, "duration_s": 2.0, "client_loop_gap_us": 0.0}
 
 
 CURVE = [pt(10e3, 10e3, 50), pt(50e3, 50e3, 80), pt(90e3, 90e3, 300), pt(100e3, 98e3, 900)]
@@ -58,7 +58,8 @@ def test_spread_and_verdict():
 def summary(sat, slo500):
     return {"saturation_rps": sat, "json": "x.json", "at_slo": {"500": slo500, "100": 0.0},
             "own": {}, "common": {}, "points": 4, "invalid_points": 0, "slip_p99_max_us": 3.0,
-            "steal_share": 0.01, "server_retransmits": 2, "completed": 1000}
+            "steal_share": 0.01, "server_retransmits": 2, "completed": 1000,
+            "client_gap_us": 2000.0, "client_gap_s": 4.0}
 
 
 def test_aggregate_takes_ratios_within_a_round():

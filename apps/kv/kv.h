@@ -203,6 +203,9 @@ void kv_store_stats(const struct kv_store *s, struct kv_store_stats *out);
 /* stats reset: every counter memcached's stats_reset() zeroes (hits, misses, totals,
  * evictions, reclaims) starts again from 0; gauges (items, bytes) are kept. */
 void kv_store_stats_reset(struct kv_store *s);
+/* cache_memlimit: use at most @bytes of the arena from now on (pages beyond it are not
+ * taken again; eviction keeps the store under it). 0, or -ERANGE above the arena (-m). */
+int kv_store_set_limit(struct kv_store *s, uint64_t bytes);
 /* stats slabs / stats items lines (memcached's names), written by @emit. */
 void kv_store_stats_slabs(const struct kv_store *s,
 			  void (*emit)(void *arg, const char *name, const char *fmt_value), void *arg);

@@ -203,6 +203,7 @@ int kv_proto_init(struct kv_proto *p, struct kv_store *store, const struct kv_se
 	if (!p->ws)
 		return -ENOMEM;
 	memset(p->ws, 0, sizeof(*p->ws) * p->n_workers);
+	atomic_init(&p->slab_automove, 1);
 	return 0;
 }
 

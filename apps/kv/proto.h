@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -82,6 +83,7 @@ struct kv_proto {
 	uint64_t started_unix;       /* process start, for stats time and uptime */
 	unsigned n_workers;
 	struct kv_wstats *ws;        /* n_workers of them */
+	_Atomic unsigned slab_automove; /* what `slabs automove` last set (memcached: 1) */
 };
 
 /* 0 or -errno (ENOMEM). @store is borrowed. */

@@ -59,6 +59,7 @@ int kv_slab_init(struct kv_store *s, char *err, size_t errlen)
 		return -1;
 	}
 	s->npages = (uint32_t)(c->mem_limit >> KV_PAGE_SHIFT);
+	atomic_store_explicit(&s->page_limit, s->npages, memory_order_relaxed);
 	len = (size_t)s->npages << KV_PAGE_SHIFT;
 	s->cls = aligned_alloc(FP_CACHE_LINE, KV_MAX_CLASSES * sizeof(*s->cls));
 	s->pages = calloc(s->npages, sizeof(*s->pages));
@@ -129,8 +130,12 @@ static uint32_t pool_take(struct kv_store *s, uint32_t run, unsigned id)
 {
 	uint32_t found = KV_NO_PAGE, n = 0;
 
+	uint32_t limit = atomic_load_explicit(&s->page_limit, memory_order_relaxed);
+	uint32_t used;
+
 	kv_lock(&s->page_lock);
-	if (s->npages - atomic_load_explicit(&s->pages_used, memory_order_relaxed) >= run) {
+	used = atomic_load_explicit(&s->pages_used, memory_order_relaxed);
+	if (used < limit && limit - used >= run) {
 		for (uint32_t k = 0; k < s->npages && found == KV_NO_PAGE; k++) {
 			uint32_t p = run == 1 ? (s->page_cursor + k) % s->npages : k;
 			n = s->pages[p].clsid ? 0 : n + 1;
@@ -236,7 +241,8 @@ static struct kv_item *class_pop(struct kv_store *s, unsigned id, bool *low)
 		empty_add(s, c, -1);
 	atomic_store_explicit(&it->iflags, KV_ST_NEW, memory_order_relaxed);
 	*low = c->nfree < c->reserve &&
-	       atomic_load_explicit(&s->pages_used, memory_order_relaxed) == s->npages;
+	       atomic_load_explicit(&s->pages_used, memory_order_relaxed) >=
+	       atomic_load_explicit(&s->page_limit, memory_order_relaxed);
 	kv_unlock(&c->lock);
 	return it;
 }

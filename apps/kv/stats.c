@@ -226,8 +226,8 @@ static void stats_settings(struct kv_proto *p, struct sbuf *b)
 		{ "auth_enabled_ascii", "no" },
 	};
 	static const char *const rest[][2] = {
-		{ "maxconns_fast", "yes" }, { "hashpower_init", NULL }, { "slab_reassign", "no" },
-		{ "slab_automove", "0" }, { "slab_automove_ratio", "0.80" },
+		{ "maxconns_fast", "yes" }, { "hashpower_init", NULL }, { "slab_reassign", "yes" },
+		{ "slab_automove", NULL }, { "slab_automove_ratio", "0.80" },
 		{ "slab_automove_window", "30" }, { "slab_chunk_max", "524288" },
 		{ "lru_crawler", "no" }, { "lru_crawler_sleep", "100" },
 		{ "lru_crawler_tocrawl", "0" }, { "tail_repair_time", "0" },
@@ -251,7 +251,7 @@ static void stats_settings(struct kv_proto *p, struct sbuf *b)
 		{ "ssl_min_version", "tlsv1.2" }, { "num_napi_ids", "(null)" },
 		{ "memory_file", "(null)" },
 	};
-	char hp[16];
+	char hp[16], am[16];
 
 	U("maxbytes", st->maxbytes);
 	U("maxconns", st->maxconns);
@@ -276,9 +276,12 @@ static void stats_settings(struct kv_proto *p, struct sbuf *b)
 		sb_stat(b, tail[i][0], "%s", tail[i][1]);
 	U("item_size_max", st->item_size_max);
 	snprintf(hp, sizeof(hp), "%u", st->hashpower_init);
+	snprintf(am, sizeof(am), "%u",
+		 atomic_load_explicit(&p->slab_automove, memory_order_relaxed));
 	for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
 		sb_stat(b, rest[i][0], "%s", rest[i][1] ? rest[i][1] :
 			!strcmp(rest[i][0], "hashpower_init") ? hp :
+			!strcmp(rest[i][0], "slab_automove") ? am :
 			st->flush_enabled ? "yes" : "no");
 }
 
@@ -395,8 +398,33 @@ static void cmd_memlimit(struct kv_conn *c, struct kv_tok *t, size_t nt)
 		kv_out_str(c, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m");
 	else if (mb > 1000000000)
 		kv_out_str(c, "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes");
-	else    /* the arena is fixed at startup */
+	else if (kv_store_set_limit(c->p->store, (uint64_t)mb << 20))
+		/* the arena is fixed at startup: lower is possible, above -m is not */
 		kv_out_str(c, "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust");
+	else {
+		c->p->set.maxbytes = (uint64_t)mb << 20;   /* racy by design, as memcached's */
+		kv_out_str(c, "OK");
+	}
+}
+
+/* slabs automove N (memcached's process_slabs_automove_command): 0-2 is recorded for
+ * stats settings; fp-kv moves pages between classes on demand whatever it says. */
+static void cmd_slabs(struct kv_conn *c, struct kv_tok *t, size_t nt)
+{
+	uint32_t level;
+
+	if (nt != 4 || !kv_tok_is(&t[1], "automove")) {
+		kv_out_str(c, "ERROR");
+		return;
+	}
+	if (!kv_strtoul(t[2].p, t[2].len, &level))
+		kv_out_str(c, "CLIENT_ERROR bad command line format");
+	else if (level > 2)
+		kv_out_str(c, "ERROR");
+	else {
+		atomic_store_explicit(&c->p->slab_automove, level, memory_order_relaxed);
+		kv_out_str(c, "OK");
+	}
 }
 
 bool kv_admin_command(struct kv_conn *c, struct kv_tok *t, size_t nt)
@@ -409,6 +437,8 @@ bool kv_admin_command(struct kv_conn *c, struct kv_tok *t, size_t nt)
 	} else if (kv_tok_is(&t[0], "verbosity")) {
 		if (kv_want_or(c, nt, 3, 4))
 			cmd_verbosity(c, t, nt);
+	} else if (kv_tok_is(&t[0], "slabs")) {
+		cmd_slabs(c, t, nt);
 	} else if (kv_tok_is(&t[0], "cache_memlimit")) {
 		if (kv_want_or(c, nt, 3, 4))
 			cmd_memlimit(c, t, nt);

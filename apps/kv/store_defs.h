@@ -196,6 +196,8 @@ struct kv_store {
 	struct kv_lock page_lock fp_aligned_cache;
 	uint32_t page_cursor;
 	_Atomic uint32_t pages_used, empty_pages; /* written under page / class locks */
+	_Atomic uint32_t page_limit;         /* pages the store may use: npages, or fewer after
+					      * cache_memlimit (the arena never grows) */
 	uint32_t huge_cursor;                /* next window to empty for a page run */
 	_Atomic uint64_t slabs_moved;        /* pages emptied for another class */
 	struct kv_lock orphan_lock;

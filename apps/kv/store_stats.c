@@ -1,4 +1,5 @@
 /* store_stats.c: fp-kv's store figures: stats, stats slabs, stats items (memcached's names and order). */
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +41,16 @@ static uint64_t cs_sum(const struct kv_store *s, unsigned id, unsigned which)
 static uint64_t ws_sum(const struct kv_store *s, unsigned which)
 {
 	return ws_raw(s, which) - kv_ctr_get(&s->ws_base[which]);
+}
+
+int kv_store_set_limit(struct kv_store *s, uint64_t bytes)
+{
+	uint64_t pages = bytes >> KV_PAGE_SHIFT;
+
+	if (pages == 0 || pages > s->npages)
+		return -ERANGE;
+	atomic_store_explicit(&s->page_limit, (uint32_t)pages, memory_order_relaxed);
+	return 0;
 }
 
 void kv_store_stats_reset(struct kv_store *s)
@@ -112,7 +123,8 @@ void kv_store_stats(const struct kv_store *s, struct kv_store_stats *o)
 	o->incr_misses = ws_sum(s, KV_WS_INCR_MISSES);
 	o->decr_misses = ws_sum(s, KV_WS_DECR_MISSES);
 	o->cas_misses = ws_sum(s, KV_WS_CAS_MISSES);
-	o->limit_maxbytes = s->cfg.mem_limit;
+	o->limit_maxbytes = (uint64_t)atomic_load_explicit(&s->page_limit, memory_order_relaxed)
+			    << KV_PAGE_SHIFT;
 	o->hash_power_level = s->hashpower;
 	o->hash_bytes = (s->mask + 1) * sizeof(*s->table);
 	o->slabs_moved = atomic_load_explicit(&s->slabs_moved, memory_order_relaxed);

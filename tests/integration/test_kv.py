@@ -936,3 +936,24 @@ def test_slow_uploads_do_not_take_the_store(fpkv):
                 s.close()
             if c:
                 c.close()
+
+
+def test_cache_memlimit_lowers_the_limit(fpkv):
+    """cache_memlimit below -m (pymemcache calls it): OK, limit_maxbytes follows, and the
+    store then keeps to it, evicting; above -m the fixed arena refuses (issue 16, 19)."""
+    with Started(fpkv_kernel(fpkv), ["-m", "64", "-t", "1"]) as srv:
+        c = Conn(srv.host, srv.port)
+        try:
+            assert c.cmd(b"cache_memlimit 8") == b"OK"
+            assert int(c.stats()["limit_maxbytes"]) == 8 * MIB
+            value = b"v" * 4000
+            for b in range(0, 6000, 200):            # 24 MB of values
+                c.sync(b"".join(b"set k%d 0 0 %d noreply\r\n%s\r\n" % (i, len(value), value)
+                                for i in range(b, b + 200)))
+            st, slabs = c.stats(), c.stats(b"slabs")
+            assert int(slabs["total_malloced"]) <= 8 * MIB, slabs["total_malloced"]
+            assert int(st["evictions"]) > 0
+            assert c.cmd(b"cache_memlimit 128") == \
+                b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
+        finally:
+            c.close()

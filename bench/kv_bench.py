@@ -517,6 +517,7 @@ def summarize(j, sat, mc_sat, path):
          "common": {}, "points": len(pts), "invalid_points": sum(not p["valid"] for p in pts),
          "slip_p99_max_us": max((p["slip_us"]["p99"] for p in pts), default=0.0),
          "client_gap_us": sum(p.get("client_loop_gap_us", 0.0) for p in pts),
+         "client_stalls": sum(p.get("client_stalls", 0) for p in pts),
          "client_gap_s": sum(p["duration_s"] for p in pts)}
     for slo in SLOS_US:
         s["at_slo"][str(slo)], s["at_slo_how"][str(slo)] = slo_throughput(pts, slo)
@@ -586,6 +587,8 @@ def aggregate(rounds):
                "server_wait_share": spread([r.get("server_wait_share") for r in rs]),
                "client_gap_share": spread([r["client_gap_us"] / 1e6 / r["client_gap_s"]
                                            if r.get("client_gap_s") else None for r in rs]),
+               "client_stalls_per_s": spread([r.get("client_stalls", 0) / r["client_gap_s"]
+                                              if r.get("client_gap_s") else None for r in rs]),
                "ksoftirqd_share": spread([r.get("ksoftirqd_share") for r in rs]),
                "invalid_points": sum(r["invalid_points"] for r in rs),
                "points": sum(r["points"] for r in rs),
@@ -664,7 +667,7 @@ def table(res):
         out += ["", "Stalls and retransmissions (per server, over all rounds):", "",
                 "| server | steal time | server runnable, not running | ksoftirqd CPU "
                 "| server loop gaps > 50 µs (share of time) "
-                "| client loop gaps (share of time) "
+                "| client loop gaps > 50 µs, share of time (stalls ≥ 0.5 ms per s) "
                 "| client send slip, worst point's p99 | invalid points "
                 "| server TCP retransmissions per 1k requests |",
                 "|---|---|---|---|---|---|---|---|---|"]
@@ -677,10 +680,15 @@ def table(res):
             pct = lambda x: f"{x:.1%}"   # noqa: E731
             out.append(f"| {name} | {steal} | {fmt_spread(r['server_wait_share'], pct)} | "
                        f"{fmt_spread(r['ksoftirqd_share'], pct)} | "
-                       f"{gaps} | {fmt_spread(r.get('client_gap_share'), lambda x: f'{x:.2%}')} | "
+                       f"{gaps} | {fmt_spread(r.get('client_gap_share'), lambda x: f'{x:.2%}')} "
+                       f"({fmt_spread(r.get('client_stalls_per_s'), lambda x: f'{x:.1f}')}) | "
                        f"{r['slip_p99_max_us']:,.0f} µs | "
                        f"{r['invalid_points']} of {r['points']} | {rx} |")
-        out += ["", "SLO throughput is interpolated between the two valid points around the "
+        out += ["", "Loop gaps count rounds more than 50 µs apart, sleep left out: a long "
+                "round of work as well as a stall; those of 0.5 ms or more are stalls (the "
+                "core taken away). Stalls the guest cannot see are in docs/results.md "
+                "(bench/vcpu_gaps.py).", "",
+                "SLO throughput is interpolated between the two valid points around the "
                 "crossing (a second run places points inside that bracket). A ratio is a win "
                 "or a loss only when its whole range is on one side of 1. `*`: some round's "
                 "point failed fp-loadgen's checks (achieved < 99% of offered, send slip over "

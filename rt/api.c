@@ -207,8 +207,14 @@ void fp_ctx_count(struct fp_ctx *ctx, uint64_t ops, uint64_t errors)
 	ctx->stats->app_errors += errors;
 }
 
-void fp_ctx_gaps(const struct fp_ctx *ctx, uint64_t *count, uint64_t *total_ns)
+void fp_ctx_gaps(const struct fp_ctx *ctx, uint64_t *count, uint64_t *total_ns,
+		 uint64_t *long_count)
 {
+	uint64_t n = 0;
+
 	*count = ctx->stats->gaps;
 	*total_ns = ctx->stats->gap_ns;
+	for (unsigned b = 20; b < FP_RT_LOG2_BUCKETS; b++)   /* bucket 20: [2^19, 2^20) ns */
+		n += ctx->stats->gap_ns_hist[b];
+	*long_count = n;
 }

@@ -292,6 +292,7 @@ void lg_point_merge(struct lg_point *dst, const struct lg_point *src, struct lg_
 	dst->reconnects += src->reconnects;
 	dst->loop_gaps += src->loop_gaps;
 	dst->loop_gap_ns += src->loop_gap_ns;
+	dst->loop_stalls += src->loop_stalls;
 	fp_hist_merge(&dst->latency, &src->latency);
 	fp_hist_merge(&dst->latency_sent, &src->latency_sent);
 	fp_hist_merge(&dst->slip, &src->slip);

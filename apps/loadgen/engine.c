@@ -699,16 +699,18 @@ static void lg_progress(struct lg_worker *w)
  * only once the loop runs again, so it lands in the point it ended in). */
 static void lg_note_gaps(struct lg_worker *w, uint64_t now)
 {
-	uint64_t n, ns;
+	uint64_t n, ns, stalls;
 	struct lg_point *pt;
 
-	fp_ctx_gaps(fp_evl_ctx(w->evl), &n, &ns);
+	fp_ctx_gaps(fp_evl_ctx(w->evl), &n, &ns, &stalls);
 	if ((pt = lg_pt_now(w, now)) != NULL) {
 		pt->loop_gaps += n - w->gaps_seen;
 		pt->loop_gap_ns += ns - w->gap_ns_seen;
+		pt->loop_stalls += stalls - w->stalls_seen;
 	}
 	w->gaps_seen = n;
 	w->gap_ns_seen = ns;
+	w->stalls_seen = stalls;
 }
 
 /* Every LG_SWEEP_US: a slice of the connections for timeouts and reconnects; progress. */

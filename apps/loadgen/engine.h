@@ -30,7 +30,8 @@ struct lg_worker {
 	struct lg_engine *e;
 	struct fp_evl *evl;
 	unsigned id;
-	uint64_t gaps_seen, gap_ns_seen;  /* the runtime's loop-gap counters at the last tick */
+	uint64_t gaps_seen, gap_ns_seen, stalls_seen; /* the runtime's loop-gap counters at
+						      * the last tick */
 	enum lg_phase phase;
 	struct lg_rng rng;
 	struct lg_arrival arr;      /* a copy: its trace position is this worker's */

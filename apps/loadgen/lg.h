@@ -328,6 +328,7 @@ struct lg_point {
 	uint64_t loop_gaps;         /* the generator's own loop gaps during the point (rounds
 				     * more than 50 us apart: its core was taken away) */
 	uint64_t loop_gap_ns;       /* ... and their total length */
+	uint64_t loop_stalls;       /* ... those of 512 us or more: the core taken away */
 	struct fp_hist latency;     /* ns, from the scheduled send time to the response */
 	struct fp_hist slip;        /* ns, scheduled time to the time the send was queued */
 	struct fp_hist latency_sent; /* ns, from the actual send to the response: what a

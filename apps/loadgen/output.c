@@ -222,9 +222,10 @@ static void lg_json_counts(FILE *f, const struct lg_point *pt, const struct lg_v
 		", \"ok\": %" PRIu64 ", \"misses\": %" PRIu64 ", \"errors\": %" PRIu64
 		", \"timeouts\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"reconnects\": %" PRIu64
 		", \"client_loop_gaps\": %" PRIu64 ", \"client_loop_gap_us\": %.1f"
+		", \"client_stalls\": %" PRIu64
 		",\n     ", pt->scheduled, pt->sent, pt->completed, pt->ok, pt->misses, pt->errors,
 		pt->timeouts, pt->dropped, pt->reconnects, pt->loop_gaps,
-		(double)pt->loop_gap_ns / 1e3);
+		(double)pt->loop_gap_ns / 1e3, pt->loop_stalls);
 }
 
 static void lg_json_stats(FILE *f, const struct lg_verdict *v)

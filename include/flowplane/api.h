@@ -236,5 +236,8 @@ void fp_ctx_stop(struct fp_ctx *ctx, int status);
  * app_errors are free for the application to count what it serves. */
 void fp_ctx_count(struct fp_ctx *ctx, uint64_t ops, uint64_t errors);
 /* This worker's loop gaps so far (rt_stats.h: rounds more than 50 us apart, sleep left
- * out): how many, and their total ns. A generator counts its own stalls with it. */
-void fp_ctx_gaps(const struct fp_ctx *ctx, uint64_t *count, uint64_t *total_ns);
+ * out): how many, their total ns, and how many of them were 512 us or longer (stalls:
+ * the core taken away, rather than a long round of work). A generator counts its own
+ * with it. */
+void fp_ctx_gaps(const struct fp_ctx *ctx, uint64_t *count, uint64_t *total_ns,
+		 uint64_t *long_count);

@@ -59,7 +59,7 @@ def summary(sat, slo500):
     return {"saturation_rps": sat, "json": "x.json", "at_slo": {"500": slo500, "100": 0.0},
             "own": {}, "common": {}, "points": 4, "invalid_points": 0, "slip_p99_max_us": 3.0,
             "steal_share": 0.01, "server_retransmits": 2, "completed": 1000,
-            "client_gap_us": 2000.0, "client_gap_s": 4.0}
+            "client_gap_us": 2000.0, "client_gap_s": 4.0, "client_stalls": 2}
 
 
 def test_aggregate_takes_ratios_within_a_round():

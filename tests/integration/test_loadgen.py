@@ -43,7 +43,8 @@ CONFIG_KEYS = {"proto", "workload", "workload_desc", "arrival", "conns", "depth"
 POINT_KEYS = {"target_rps", "offered_rps", "achieved_rps", "duration_s", "scheduled", "sent",
               "completed", "ok", "misses", "errors", "timeouts", "dropped", "reconnects",
               "latency_us", "p99_ci_us", "slip_us", "ks", "checks", "valid", "invalid_reasons",
-              "partial", "t_start_s", "client_loop_gaps", "client_loop_gap_us"}
+              "partial", "t_start_s", "client_loop_gaps", "client_loop_gap_us",
+              "client_stalls"}
 
 
 def free_port():
@@ -182,6 +183,7 @@ def check_doc(doc, n_points):
         assert set(p["slip_us"]) >= {"p50", "p99", "max"}
         assert set(p["checks"]) == {"rate", "slip", "ks", "ci"}
         assert p["client_loop_gaps"] >= 0 and p["client_loop_gap_us"] >= 50 * p["client_loop_gaps"]
+        assert 0 <= p["client_stalls"] <= p["client_loop_gaps"]
         assert p["p99_ci_us"] is None or (len(p["p99_ci_us"]) == 2 and
                                           p["p99_ci_us"][0] <= p["p99_ci_us"][1])
         assert p["ks"] is None or set(p["ks"]) == {"d", "p", "n"}

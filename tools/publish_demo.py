@@ -55,7 +55,8 @@ def headline(summary):
     """The README's few lines, from summary.json."""
     m, c = summary["machine"], summary["config"]
     runs = summary["runs"]
-    out = [f"Last published run: `{m.get('command', './flowplane demo')}`, {m.get('date', '?')}, "
+    at = f" at commit {m['commit']}" if m.get("commit", "unknown") != "unknown" else ""
+    out = [f"Last published run: `{m.get('command', './flowplane demo')}`{at}, {m.get('date', '?')}, "
            f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel']}, {m['interface_mode']}; "
            f"{c['rounds']} interleaved rounds, ratios taken within a round, median "
            "(min–max) over rounds:", ""]

@@ -882,6 +882,24 @@ def test_stats_segment_counts_requests(fpkv, build_dir):
             c.close()
 
 
+def still_open(socks, wait_s):
+    """The sockets the server has not closed: each sends one more byte of its value and
+    waits @wait_s for an EOF or a reset."""
+    out = []
+    for s in socks:
+        s.settimeout(wait_s)
+        try:
+            s.sendall(b"x")
+            if s.recv(100) == b"":
+                continue
+        except socket.timeout:
+            pass
+        except OSError:
+            continue
+        out.append(s)
+    return out
+
+
 def test_slow_uploads_do_not_take_the_store(fpkv):
     """140 clients start 500 KB values and send a byte now and then: values still arriving
     may hold at most an eighth of -m (8 MB: 16 of them; the rest are refused, and told so
@@ -904,31 +922,12 @@ def test_slow_uploads_do_not_take_the_store(fpkv):
             big = int(c.stats(b"slabs").get("total_malloced", 0))
             assert big <= 8 * MIB + 2 * MIB, big    # the bound, the 300 small ones
             deadline = time.time() + 60     # 10 s grace + 500 KB at 64 KiB/s, then the tick
-            open_ = list(slow)
+            open_ = still_open(slow, 0.02)
             while time.time() < deadline and len(open_) == len(slow):
-                for s in list(open_):
-                    s.settimeout(0.02)
-                    try:
-                        s.sendall(b"x")
-                        if s.recv(100) == b"":
-                            open_.remove(s)
-                    except socket.timeout:
-                        pass
-                    except OSError:
-                        open_.remove(s)
                 time.sleep(0.5)
+                open_ = still_open(open_, 0.02)
             time.sleep(1.5)                 # all overdue ones go in the same second's sweep
-            for s in list(open_):
-                s.settimeout(0.05)
-                try:
-                    s.sendall(b"x")
-                    if s.recv(100) == b"":
-                        open_.remove(s)
-                except socket.timeout:
-                    pass
-                except OSError:
-                    open_.remove(s)
-            dropped = len(slow) - len(open_)
+            dropped = len(slow) - len(still_open(open_, 0.05))
             assert 1 <= dropped <= 17, dropped  # those holding memory, and only those
             assert c.store(b"set", b"after", b"v" * 1000) == b"STORED"
         finally:

@@ -39,15 +39,13 @@ void tcp_timer_update(struct fp_stack *st, struct fp_tcp_conn *c)
  */
 void tcp_rtx_arm(struct fp_stack *st, struct fp_tcp_conn *c)
 {
-	uint64_t rto = (uint64_t)c->rto_us << (c->backoff < 30 ? c->backoff : 30);
+	uint64_t rto = c->rto_us;
 
 	if (st->cfg.peer_delack_us != FP_NET_PEER_DELACK_NONE && tcp_synchronized(c->state) &&
-	    c->snd_nxt - c->snd_una < 2 * tcp_smss(c)) {
-		uint64_t floor = (uint64_t)c->srtt_us + st->cfg.peer_delack_us;
-		if (rto < floor)
-			rto = floor;
-	}
-
+	    c->snd_nxt - c->snd_una < 2 * tcp_smss(c) &&
+	    rto < (uint64_t)c->srtt_us + st->cfg.peer_delack_us)
+		rto = (uint64_t)c->srtt_us + st->cfg.peer_delack_us;
+	rto <<= c->backoff < 30 ? c->backoff : 30;   /* the floor doubles too (§5.5) */
 	if (rto > st->cfg.rto_max_us)
 		rto = st->cfg.rto_max_us;
 	c->rtx_us = st->now_us + rto;

@@ -414,7 +414,6 @@ void rt_run_wake(struct rt_run *run)
 	}
 }
 
-/* Step "config": what every transport needs before anything is opened. */
 /*
  * The address flowplane's own stack answers for must be one unicast address nobody else on
  * the link uses: an XDP filter takes every frame for it, so the host's own address would
@@ -452,6 +451,7 @@ static const char *rt_ip_problem(uint32_t ip, uint8_t prefix, char *owner, size_
 	return NULL;
 }
 
+/* Step "config": what every transport needs before anything is opened. */
 static int step_config(struct rt_start *s)
 {
 	struct fp_rt_config *c = &s->cfg;

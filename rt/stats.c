@@ -72,7 +72,6 @@ static int rt_stats_reclaim(const char *path, char *err, size_t errlen)
  * /dev/shm/flowplane-<pid>, and the next run has another pid, so nothing would ever remove
  * it. At start, every flowplane-* whose writer's pid is dead and whose workers have not
  * published for RT_STATS_STALE_S is removed, and said so (as the stale XDP filter is).
- * Returns how many were removed.
  */
 #define RT_STATS_STALE_S 10
 
@@ -101,14 +100,13 @@ static bool rt_stats_abandoned(const char *name)
 	return gone;
 }
 
-static unsigned rt_stats_sweep(void)
+static void rt_stats_sweep(void)
 {
 	DIR *d = opendir("/dev/shm");
 	struct dirent *e;
-	unsigned n = 0;
 
 	if (!d)
-		return 0;
+		return;
 	while ((e = readdir(d)) != NULL) {
 		char path[sizeof(e->d_name) + 1];
 
@@ -117,14 +115,11 @@ static unsigned rt_stats_sweep(void)
 		    !rt_stats_abandoned(e->d_name))
 			continue;
 		snprintf(path, sizeof(path), "/%s", e->d_name);
-		if (shm_unlink(path) == 0) {
+		if (shm_unlink(path) == 0)
 			log_warn("stats: removed /dev/shm/%s, left by a run that is gone",
 				 e->d_name);
-			n++;
-		}
 	}
 	closedir(d);
-	return n;
 }
 
 /* Open a fresh segment of @size bytes, replacing a stale one; fd or -errno. */

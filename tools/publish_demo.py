@@ -30,21 +30,9 @@ BLOCKS = {
 }
 
 
-def ratio(st):
-    if not st:
-        return "not measured"
-    if st["n"] < 2 or st["min"] == st["max"]:
-        return f"{st['median']:.2f}×"
-    return f"{st['median']:.2f}× ({st['min']:.2f}–{st['max']:.2f}×)"
-
-
-def rate(st):
-    k = lambda x: f"{x / 1e3:,.0f}k"   # noqa: E731
-    if not st:
-        return "–"
-    if st["n"] < 2 or st["min"] == st["max"]:
-        return k(st["median"])
-    return f"{k(st['median'])} ({k(st['min'])}–{k(st['max'])})"
+# The figures are formatted exactly as the demo's own table formats them.
+sys.path.insert(0, str(ROOT / "bench"))
+from kv_bench import fmt_ratio as ratio, fmt_spread as rate  # noqa: E402
 
 
 def verdict(v):

@@ -161,8 +161,6 @@ struct kv_new *kv_alloc(struct kv_store *s, unsigned w, const char *key, size_t 
 uint8_t *kv_new_data(struct kv_new *n);   /* nbytes + 2 bytes: the value, then "\r\n" */
 /* Give up an allocated item (bad data chunk, connection gone). */
 void kv_new_free(struct kv_store *s, unsigned w, struct kv_new *n);
-/* Allocations refused because values still arriving held cfg.pending_max already. */
-uint64_t kv_store_pending_refused(const struct kv_store *s);
 /* Link @n by @mode (append/prepend build the combined item; cas compares @cas). @n is
  * consumed. Returns the result and the new item's cas in *@cas_out (when not NULL). */
 enum kv_result kv_store_item(struct kv_store *s, unsigned w, struct kv_new *n,

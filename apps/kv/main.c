@@ -89,12 +89,9 @@ static void mconn_free(struct kv_mconn *mc);
  * memory they held; counted as the application's errors (fp-stats). */
 static void kv_uploads_check(struct kv_worker *wk)
 {
-	struct timespec ts;
 	struct kv_mconn *mc, *next;
-	uint64_t now, n = 0;
+	uint64_t now = kv_mono_ns(), n = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	for (mc = wk->conns; mc; mc = next) {
 		next = mc->next;
 		if (mc->aborted || !kv_conn_upload_overdue(mc->kc, now))

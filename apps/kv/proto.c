@@ -670,7 +670,7 @@ static size_t feed_line(struct kv_conn *c, const uint8_t *d, size_t len)
 	return eol + 1;
 }
 
-static uint64_t mono_ns(void)
+uint64_t kv_mono_ns(void)
 {
 	struct timespec ts;
 
@@ -692,7 +692,7 @@ static size_t feed_data(struct kv_conn *c, const uint8_t *d, size_t len)
 		c->upload_deadline_ns = 0;
 		value_done(c);
 	} else if (!c->upload_deadline_ns) {
-		c->upload_deadline_ns = mono_ns() + KV_UPLOAD_GRACE_S * 1000000000ull +
+		c->upload_deadline_ns = kv_mono_ns() + KV_UPLOAD_GRACE_S * 1000000000ull +
 					(uint64_t)c->want * 1000000000ull / KV_UPLOAD_MIN_BPS;
 	}
 	return n;

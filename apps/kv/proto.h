@@ -103,6 +103,7 @@ size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len);
 /* A value has been arriving for longer than its size allows (KV_UPLOAD_GRACE_S, then at
  * least KV_UPLOAD_MIN_BPS): the caller drops the connection, which frees the item. */
 bool kv_conn_upload_overdue(const struct kv_conn *c, uint64_t now_ns);
+uint64_t kv_mono_ns(void);   /* CLOCK_MONOTONIC in ns: the clock of those deadlines */
 #define KV_UPLOAD_GRACE_S  10u
 #define KV_UPLOAD_MIN_BPS  (64u * 1024)
 

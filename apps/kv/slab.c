@@ -128,10 +128,8 @@ bool kv_slab_fits(const struct kv_store *s, const struct kv_item *it, size_t siz
 /* @run free pages in a row for class @id, or KV_NO_PAGE. */
 static uint32_t pool_take(struct kv_store *s, uint32_t run, unsigned id)
 {
-	uint32_t found = KV_NO_PAGE, n = 0;
-
+	uint32_t found = KV_NO_PAGE, n = 0, used;
 	uint32_t limit = atomic_load_explicit(&s->page_limit, memory_order_relaxed);
-	uint32_t used;
 
 	kv_lock(&s->page_lock);
 	used = atomic_load_explicit(&s->pages_used, memory_order_relaxed);

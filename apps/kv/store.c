@@ -498,9 +498,8 @@ static void init_item(struct kv_item *it, const char *key, size_t nkey, uint32_t
 struct kv_new *kv_alloc(struct kv_store *s, unsigned w, const char *key, size_t nkey,
 			uint32_t flags, uint32_t exptime, uint32_t nbytes, enum kv_result *res)
 {
-	struct kv_item *it;
-
 	size_t size = kv_item_size((uint32_t)nkey, nbytes);
+	struct kv_item *it;
 
 	kv_enter(s, w);
 	if (nkey == 0 || nkey > KV_KEY_MAX || mc_ntotal(s, nkey, flags, nbytes) > s->cfg.item_max) {
@@ -512,8 +511,7 @@ struct kv_new *kv_alloc(struct kv_store *s, unsigned w, const char *key, size_t 
 	if (atomic_fetch_add_explicit(&s->pending_bytes, size, memory_order_relaxed) + size >
 	    s->cfg.pending_max) {
 		atomic_fetch_sub_explicit(&s->pending_bytes, size, memory_order_relaxed);
-		atomic_fetch_add_explicit(&s->pending_refused, 1, memory_order_relaxed);
-		*res = KV_NO_MEMORY;
+		*res = KV_NO_MEMORY;    /* counted by the caller as store_no_memory */
 		return NULL;
 	}
 	it = kv_slab_alloc(s, w, size, true);
@@ -531,11 +529,6 @@ static void pending_done(struct kv_store *s, const struct kv_item *it)
 {
 	atomic_fetch_sub_explicit(&s->pending_bytes, kv_item_size(it->nkey, it->nbytes),
 				  memory_order_relaxed);
-}
-
-uint64_t kv_store_pending_refused(const struct kv_store *s)
-{
-	return atomic_load_explicit(&s->pending_refused, memory_order_relaxed);
 }
 
 uint8_t *kv_new_data(struct kv_new *n) { return kv_item_value((struct kv_item *)(void *)n); }

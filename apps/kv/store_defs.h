@@ -210,7 +210,6 @@ struct kv_store {
 	kv_ctr ws_base[KV_WS_N];
 	/* items allocated and not stored yet (kv_alloc .. kv_store_item or kv_new_free) */
 	_Atomic uint64_t pending_bytes fp_aligned_cache;
-	_Atomic uint64_t pending_refused;    /* allocations refused for it */
 };
 
 /* Chunk @idx of size @size in arena page @page. */

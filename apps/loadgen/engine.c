@@ -34,8 +34,8 @@
  * pass that waits for it on the TSC when it falls due within the round a send costs
  * (lg_run_due). It picks a connection uniformly at random and is sent at once if that
  * connection has fewer than --depth requests in flight, else it waits in the
- * connection's backlog (--backlog deep; beyond that it is dropped and counted). Its latency runs from s, the scheduled
- * time, to its response, whatever it waited for: coordinated omission cannot hide
+ * connection's backlog (--backlog deep; beyond that it is dropped and counted). Its
+ * latency runs from s, the scheduled time, to its response, whatever it waited for: coordinated omission cannot hide
  * queueing. Its slip (issue time - s) measures the generator itself, and the gaps
  * between consecutive issues on a worker feed the KS test of the arrival process. A pass
  * issues at most LG_POLL_BURST arrivals; a generator that cannot keep up falls behind,

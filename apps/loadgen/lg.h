@@ -326,7 +326,8 @@ struct lg_point {
 	uint64_t dropped;           /* not sent: a connection's backlog was full */
 	uint64_t reconnects;
 	uint64_t loop_gaps;         /* the generator's own loop gaps during the point (rounds
-				     * more than 50 us apart: its core was taken away) */
+				     * more than 50 us apart, sleep left out: long work or a
+				     * stall) */
 	uint64_t loop_gap_ns;       /* ... and their total length */
 	uint64_t loop_stalls;       /* ... those of 512 us or more: the core taken away */
 	struct fp_hist latency;     /* ns, from the scheduled send time to the response */
@@ -377,8 +378,8 @@ void lg_point_verdict(const struct lg_point *pt, lg_cdf_fn cdf, double max_slip_
 #define LG_MAX_DEPTH      1024u    /* --depth and --closed */
 #define LG_MAX_BACKLOG    65536u   /* --backlog */
 #define LG_MAX_SLOTS      (1u << 24) /* conns x (depth + backlog): request slots in all */
-#define LG_BACKLOG        32u      /* default --backlog: requests waiting for room on one connection; beyond:
-				    * dropped (counted) */
+#define LG_BACKLOG        32u      /* default --backlog: requests waiting for room on one
+				    * connection; beyond: dropped (counted) */
 #define LG_POLL_BURST     64u      /* arrivals one poll pass issues at most; the rest are
 				    * late, and their slip says so */
 #define LG_SWEEP_US       1000u    /* the housekeeping tick: timeouts, reconnects, progress */

@@ -268,6 +268,7 @@ def test_kernel_out_of_files_backs_off(build_dir, io):
 
     port, name = free_tcp_port(), f"emfile-{uuid.uuid4().hex[:8]}"
     p = echo_server(build_dir, port, name, "--kernel-io", io, preexec=few_files)
+    started = time.time()
     socks = []
     try:
         socks = [connect_when_up(port)]
@@ -290,7 +291,8 @@ def test_kernel_out_of_files_backs_off(build_dir, io):
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=20)
     warnings = [l for l in err.splitlines() if "accept on port" in l]
-    assert 1 <= len(warnings) <= 2, err[-2000:]
+    # one warning per 10 s at most, however long a busy machine made the test take
+    assert 1 <= len(warnings) <= 1 + (time.time() - started) // 10, err[-2000:]
     assert "Too many open files" in warnings[0], warnings
 
 

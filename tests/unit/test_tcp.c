@@ -1989,6 +1989,11 @@ static void test_rto_small_flight_waits_for_peer_delayed_ack(void **state)
 	nh_advance(h, T0 + 10000 + FP_NET_DEFAULT_PEER_DELACK_US + TICK);
 	t_expect(h, &p, ACK | PSH, S, R, T_RCVBUF, 100);   /* a real loss is still repaired */
 	t_expect_none(h);
+	/* ... and backs off from that floor (RFC 6298 §5.5): the next one twice as late */
+	const uint64_t t1 = T0 + 10000 + FP_NET_DEFAULT_PEER_DELACK_US;
+	quiet_until(h, t1 + 2 * (10000 + FP_NET_DEFAULT_PEER_DELACK_US) - TICK);
+	nh_advance(h, t1 + 2 * (10000 + FP_NET_DEFAULT_PEER_DELACK_US) + 2 * TICK);
+	t_expect(h, &p, ACK | PSH, S, R, T_RCVBUF, 100);
 }
 
 /* ... while a flight of two full segments, which the peer must ACK at once, keeps the RTO. */

@@ -1,0 +1,453 @@
+/* main.c: fp-vsim's command line: points, sweeps and the SLO search, as text or JSON. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <flowplane/clock.h>
+
+#include "vsim.h"
+
+static const char usage[] =
+	"usage: fp-vsim [options]\n"
+	"ZygOS's shuffle layer (rt/shuffle.c) and a worker loop over it, run for N cores:\n"
+	"in virtual time in one thread (deterministic: same seed, same output), or with\n"
+	"--real on real pinned threads that spin each request's service time.\n"
+	"\n"
+	"  -n, --workers N        workers (virtual: 1-64; default 16)\n"
+	"  --sched part|steal     partitioned (IX: each flow on its home) or stealing\n"
+	"                         (ZygOS); default steal\n"
+	"  --victim random|oldest which other queue an idle worker steals from: random order\n"
+	"                         (ZygOS) or the oldest head (qsim's model); default random\n"
+	"  --notify poll|ipi      how a busy home learns of work for it: at its next loop\n"
+	"                         pass, or by an interrupt (ZygOS; virtual world only)\n"
+	"  -d, --dist NAME        det, exp, bimodal1 (90%% S/2, 10%% 5.5 S), bimodal2; default exp\n"
+	"  --mean-us S            mean service time (default 10)\n"
+	"  -l, --load L           offered load: arrival rate x S / n (default 0.5)\n"
+	"  --sweep A:B:STEP       loads from A to B\n"
+	"  --max-load             the highest load whose p99 <= --slo-mult x S (bisection)\n"
+	"  --slo-mult M           default 10\n"
+	"  --requests N           per point (default 200000)\n"
+	"  --warmup F             fraction of the first requests not counted (default 0.05)\n"
+	"  --flows F              connections, requests spread uniformly (default 100000)\n"
+	"  --batch B              frames per NIC poll (default 64)\n"
+	"  --seed S               default 1\n"
+	"  --cost NAME=NS         one cost of the model (virtual world); see --list-costs\n"
+	"  --costs FILE           NAME=NS lines (# comments), e.g. from --calibrate\n"
+	"  --list-costs           the cost model's names and meanings\n"
+	"  --real                 real threads: workers on --cores, then the generator\n"
+	"  --cores LIST           real: n+1 cores, e.g. 0-15 (default: 0..n)\n"
+	"  --calibrate FILE       real: write the measured mean cost of each step as a\n"
+	"                         --costs file (from the last point)\n"
+	"  --format text|json     default text\n"
+	"  -o FILE                write the result there instead of stdout\n"
+	"  --quiet                no progress lines on stderr\n"
+	"Bad arguments print one line and exit 2; replies out of order within a flow make the\n"
+	"exit status 1.\n";
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("fp-vsim: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (--help for usage)\n", stderr);
+	exit(2);
+}
+
+static double num(const char *opt, const char *v, double lo, double hi)
+{
+	char *end;
+	double x = strtod(v, &end);
+
+	if (end == v || *end || !isfinite(x) || x < lo || x > hi)
+		die("--%s: '%s' is not a number in [%g, %g]", opt, v, lo, hi);
+	return x;
+}
+
+static int set_cost(struct vs_costs *k, const char *spec, const char *where)
+{
+	const char *eq = strchr(spec, '=');
+
+	if (!eq)
+		die("%s: '%s' is not NAME=NS", where, spec);
+	for (unsigned i = 0; i < vs_n_cost_names; i++) {
+		const struct vs_cost_name *c = &vs_cost_names[i];
+
+		if (strlen(c->name) == (size_t)(eq - spec) && !strncmp(c->name, spec, eq - spec)) {
+			*(double *)((char *)k + c->off) = num(c->name, eq + 1, 0, 1e9);
+			return 0;
+		}
+	}
+	die("%s: no cost named '%.*s' (--list-costs)", where, (int)(eq - spec), spec);
+	return -1;
+}
+
+static void read_costs(struct vs_costs *k, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[256];
+	unsigned ln = 0;
+
+	if (!f)
+		die("--costs: cannot open %s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line, *e, where[300];
+
+		ln++;
+		p[strcspn(p, "#\r\n")] = 0;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		for (e = p + strlen(p); e > p && (e[-1] == ' ' || e[-1] == '\t'); e--)
+			*--e = 0, e++;
+		if (!*p)
+			continue;
+		snprintf(where, sizeof(where), "%s:%u", path, ln);
+		set_cost(k, p, where);
+	}
+	fclose(f);
+}
+
+static void parse_cores(struct vs_config *c, const char *v)
+{
+	unsigned n = 0;
+	const char *p = v;
+
+	while (*p) {
+		char *end;
+		long a = strtol(p, &end, 10), b = a;
+
+		if (end == p || a < 0 || a >= CPU_SETSIZE)
+			die("--cores: '%s' is not a list of cores like 0-3,8", v);
+		if (*end == '-') {
+			p = end + 1;
+			b = strtol(p, &end, 10);
+			if (end == p || b < a || b >= CPU_SETSIZE)
+				die("--cores: '%s' is not a list of cores like 0-3,8", v);
+		}
+		for (long i = a; i <= b; i++) {
+			if (n > VS_MAX_CORES)
+				die("--cores: more than %u cores", VS_MAX_CORES + 1);
+			c->cores[n++] = (int)i;
+		}
+		p = end;
+		if (*p == ',')
+			p++;
+		else if (*p)
+			die("--cores: '%s' is not a list of cores like 0-3,8", v);
+	}
+	c->n_cores_listed = n;
+}
+
+static const char *sched_name(const struct vs_config *c)
+{
+	return c->sched == VS_SCHED_STEAL ? "steal" : "part";
+}
+
+struct out {
+	FILE *f;
+	bool json;
+	unsigned points;
+};
+
+static void print_point(struct out *o, const struct vs_config *c, const struct vs_result *r)
+{
+	double us = 1000.0;
+	double steal_pct = r->batches ? 100.0 * (double)r->steals / (double)r->batches : 0;
+
+	if (!o->json) {
+		fprintf(o->f, "%5.3f %8.4f %8.4f %9.2f %9.2f %9.2f %9.2f %6.1f%% %8llu %6llu",
+			r->load, r->offered_mrps, r->achieved_mrps, (double)r->s.p50 / us,
+			(double)r->s.p99 / us, (double)r->s.p999 / us, r->s.mean / us, steal_pct,
+			(unsigned long long)r->irqs, (unsigned long long)r->order_errors);
+		if (c->real)
+			fprintf(o->f, " %8.1f", (double)r->gen_late_max_ns / us);
+		fputc('\n', o->f);
+		return;
+	}
+	fprintf(o->f, "%s\n  {\"load\": %.6g, \"offered_mrps\": %.6g, \"achieved_mrps\": %.6g, "
+		"\"count\": %llu, \"p50_us\": %.6g, \"p99_us\": %.6g, \"p999_us\": %.6g, "
+		"\"mean_us\": %.6g, \"max_us\": %.6g, \"p99\": %.6g, \"batches\": %llu, "
+		"\"steals\": %llu, \"returns\": %llu, \"steal_probes\": %llu, "
+		"\"steal_misses\": %llu, \"kicks\": %llu, \"irqs\": %llu, \"order_errors\": %llu, "
+		"\"duration_us\": %.6g, \"meets_slo\": %s",
+		o->points ? "," : "", r->load, r->offered_mrps, r->achieved_mrps,
+		(unsigned long long)r->s.count, (double)r->s.p50 / us, (double)r->s.p99 / us,
+		(double)r->s.p999 / us, r->s.mean / us, (double)r->s.max / us,
+		(double)r->s.p99 / us / c->mean_us, (unsigned long long)r->batches,
+		(unsigned long long)r->steals, (unsigned long long)r->returns,
+		(unsigned long long)r->probes, (unsigned long long)r->misses,
+		(unsigned long long)r->kicks, (unsigned long long)r->irqs,
+		(unsigned long long)r->order_errors, (double)r->duration_ns / us,
+		(double)r->s.p99 / us <= c->slo_mult * c->mean_us ? "true" : "false");
+	if (c->real) {
+		fprintf(o->f, ", \"generator_late_max_us\": %.6g, \"generator_late_count\": %llu, "
+			"\"measured_costs\": {", (double)r->gen_late_max_ns / us,
+			(unsigned long long)r->gen_late_count);
+		for (unsigned i = 0; i < vs_n_cost_names; i++)
+			fprintf(o->f, "%s\"%s\": %.4g", i ? ", " : "", vs_cost_names[i].name,
+				*(const double *)((const char *)&r->measured + vs_cost_names[i].off));
+		fputc('}', o->f);
+	}
+	fputc('}', o->f);
+	o->points++;
+}
+
+static void print_header(struct out *o, const struct vs_config *c, int argc, char **argv)
+{
+	if (!o->json) {
+		fprintf(o->f, "# fp-vsim %s: %u workers, %s%s%s, %s S=%g us, %llu requests, "
+			"%u flows, seed %llu\n", c->real ? "real threads" : "virtual time", c->n,
+			sched_name(c), c->sched == VS_SCHED_STEAL ?
+			(c->victim == FP_SHUF_VICTIM_OLDEST ? " (oldest)" : " (random)") : "",
+			c->notify == VS_NOTIFY_IPI ? " +ipi" : "", c->dist, c->mean_us,
+			(unsigned long long)c->requests, c->flows, (unsigned long long)c->seed);
+		fprintf(o->f, "# load  offered  achieved      p50us     p99us    p999us    meanus "
+			"stolen     irqs  order%s\n", c->real ? "  genlate_us" : "");
+		return;
+	}
+	fprintf(o->f, "{\"tool\": \"fp-vsim\", \"version\": 1,\n \"command\": \"");
+	for (int i = 0; i < argc; i++) {
+		for (const char *p = argv[i]; *p; p++)
+			fprintf(o->f, (*p == '"' || *p == '\\') ? "\\%c" : "%c", *p);
+		if (i + 1 < argc)
+			fputc(' ', o->f);
+	}
+	fprintf(o->f, "\",\n \"config\": {\"world\": \"%s\", \"workers\": %u, \"sched\": \"%s\", "
+		"\"victim\": \"%s\", \"notify\": \"%s\", \"dist\": \"%s\", \"mean_service_us\": %g, "
+		"\"requests\": %llu, \"warmup\": %g, \"flows\": %u, \"batch\": %u, \"seed\": %llu, "
+		"\"slo_mult\": %g, \"costs\": {", c->real ? "real" : "virtual", c->n, sched_name(c),
+		c->victim == FP_SHUF_VICTIM_OLDEST ? "oldest" : "random",
+		c->notify == VS_NOTIFY_IPI ? "ipi" : "poll", c->dist, c->mean_us,
+		(unsigned long long)c->requests, c->warmup, c->flows, c->batch,
+		(unsigned long long)c->seed, c->slo_mult);
+	for (unsigned i = 0; i < vs_n_cost_names; i++)
+		fprintf(o->f, "%s\"%s\": %g", i ? ", " : "", vs_cost_names[i].name,
+			*(const double *)((const char *)&c->costs + vs_cost_names[i].off));
+	fprintf(o->f, "}},\n \"points\": [");
+}
+
+/* One point at @load; 0, or the run's -errno. */
+static int point(struct vs_config *c, double load, struct vs_result *res)
+{
+	struct vs_run r;
+	int rc;
+
+	c->load = load;
+	rc = vs_run_setup(&r, c);
+	if (rc)
+		return rc;
+	rc = c->real ? vs_real(&r) : vs_virtual(&r);
+	if (!rc)
+		vs_collect(&r, res);
+	vs_run_free(&r);
+	return rc;
+}
+
+static void progress(const struct vs_config *c, const struct vs_result *r, bool quiet)
+{
+	if (quiet)
+		return;
+	fprintf(stderr, "fp-vsim: %s n=%u load %.3f: p99 %.1f us, %llu steals\n", sched_name(c),
+		c->n, r->load, (double)r->s.p99 / 1000.0, (unsigned long long)r->steals);
+}
+
+static void write_calibration(const char *path, const struct vs_config *c,
+			      const struct vs_result *r)
+{
+	FILE *f = fopen(path, "w");
+	time_t now = time(NULL);
+	char when[64];
+
+	if (!f) {
+		fprintf(stderr, "fp-vsim: --calibrate: cannot write %s: %s\n", path, strerror(errno));
+		exit(2);
+	}
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", gmtime(&now));
+	fprintf(f, "# fp-vsim cost model measured on real threads, %s: %u workers, %s, %s "
+		"S=%g us, load %.3f, %llu requests\n", when, c->n, sched_name(c), c->dist,
+		c->mean_us, c->load, (unsigned long long)c->requests);
+	fprintf(f, "# mean time of each kind of step (ns); ipi_* are not measured here\n");
+	for (unsigned i = 0; i < vs_n_cost_names; i++) {
+		double v = *(const double *)((const char *)&r->measured + vs_cost_names[i].off);
+
+		if (strncmp(vs_cost_names[i].name, "ipi", 3))
+			fprintf(f, "%s=%.1f\n", vs_cost_names[i].name, v);
+	}
+	fclose(f);
+}
+
+enum { O_SCHED = 256, O_VICTIM, O_NOTIFY, O_MEAN, O_SWEEP, O_MAXLOAD, O_SLO, O_REQ, O_WARM,
+       O_FLOWS, O_BATCH, O_SEED, O_COST, O_COSTS, O_LIST, O_REAL, O_CORES, O_CALIB, O_FORMAT,
+       O_QUIET };
+
+static const struct option opts[] = {
+	{"workers", required_argument, 0, 'n'}, {"sched", required_argument, 0, O_SCHED},
+	{"victim", required_argument, 0, O_VICTIM}, {"notify", required_argument, 0, O_NOTIFY},
+	{"dist", required_argument, 0, 'd'}, {"mean-us", required_argument, 0, O_MEAN},
+	{"load", required_argument, 0, 'l'}, {"sweep", required_argument, 0, O_SWEEP},
+	{"max-load", no_argument, 0, O_MAXLOAD}, {"slo-mult", required_argument, 0, O_SLO},
+	{"requests", required_argument, 0, O_REQ}, {"warmup", required_argument, 0, O_WARM},
+	{"flows", required_argument, 0, O_FLOWS}, {"batch", required_argument, 0, O_BATCH},
+	{"seed", required_argument, 0, O_SEED}, {"cost", required_argument, 0, O_COST},
+	{"costs", required_argument, 0, O_COSTS}, {"list-costs", no_argument, 0, O_LIST},
+	{"real", no_argument, 0, O_REAL}, {"cores", required_argument, 0, O_CORES},
+	{"calibrate", required_argument, 0, O_CALIB}, {"format", required_argument, 0, O_FORMAT},
+	{"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+};
+
+int main(int argc, char **argv)
+{
+	struct vs_config c = {
+		.n = 16, .sched = VS_SCHED_STEAL, .dist = "exp", .mean_us = 10, .load = 0.5,
+		.requests = 200000, .warmup = 0.05, .flows = 100000, .batch = 64, .seed = 1,
+		.slo_mult = 10,
+	};
+	double sw_a = 0, sw_b = 0, sw_step = 0;
+	bool sweep = false, max_load = false, quiet = !isatty(2), json = false;
+	const char *outpath = NULL, *calib = NULL;
+	struct out o = {0};
+	struct vs_result res;
+	int opt, bad = 0;
+
+	while ((opt = getopt_long(argc, argv, "n:d:l:o:h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'n': c.n = (unsigned)num("workers", optarg, 1, VS_MAX_CORES); break;
+		case O_SCHED:
+			if (!strcmp(optarg, "part")) c.sched = VS_SCHED_PART;
+			else if (!strcmp(optarg, "steal")) c.sched = VS_SCHED_STEAL;
+			else die("--sched: '%s' is not part or steal", optarg);
+			break;
+		case O_VICTIM:
+			if (!strcmp(optarg, "random")) c.victim = FP_SHUF_VICTIM_RANDOM;
+			else if (!strcmp(optarg, "oldest")) c.victim = FP_SHUF_VICTIM_OLDEST;
+			else die("--victim: '%s' is not random or oldest", optarg);
+			break;
+		case O_NOTIFY:
+			if (!strcmp(optarg, "poll")) c.notify = VS_NOTIFY_POLL;
+			else if (!strcmp(optarg, "ipi")) c.notify = VS_NOTIFY_IPI;
+			else die("--notify: '%s' is not poll or ipi", optarg);
+			break;
+		case 'd':
+			if (strcmp(optarg, "det") && strcmp(optarg, "exp") && strcmp(optarg, "bimodal1") &&
+			    strcmp(optarg, "bimodal2"))
+				die("--dist: '%s' is not det, exp, bimodal1 or bimodal2", optarg);
+			c.dist = optarg;
+			break;
+		case O_MEAN: c.mean_us = num("mean-us", optarg, 0.01, 1e6); break;
+		case 'l': c.load = num("load", optarg, 0.001, 0.999); break;
+		case O_SWEEP:
+			if (sscanf(optarg, "%lf:%lf:%lf", &sw_a, &sw_b, &sw_step) != 3 || !(sw_a > 0) ||
+			    !(sw_b >= sw_a) || !(sw_b < 1) || !(sw_step > 0))
+				die("--sweep: '%s' is not A:B:STEP with 0 < A <= B < 1", optarg);
+			sweep = true;
+			break;
+		case O_MAXLOAD: max_load = true; break;
+		case O_SLO: c.slo_mult = num("slo-mult", optarg, 1, 1e6); break;
+		case O_REQ: c.requests = (uint64_t)num("requests", optarg, 100, 1e8); break;
+		case O_WARM: c.warmup = num("warmup", optarg, 0, 0.9); break;
+		case O_FLOWS: c.flows = (uint32_t)num("flows", optarg, 1, 1 << 24); break;
+		case O_BATCH: c.batch = (unsigned)num("batch", optarg, 1, 1024); break;
+		case O_SEED: c.seed = (uint64_t)num("seed", optarg, 0, 1e15); break;
+		case O_COST: set_cost(&c.costs, optarg, "--cost"); break;
+		case O_COSTS: read_costs(&c.costs, optarg); break;
+		case O_LIST:
+			for (unsigned i = 0; i < vs_n_cost_names; i++)
+				printf("%-14s %s\n", vs_cost_names[i].name, vs_cost_names[i].help);
+			return 0;
+		case O_REAL: c.real = true; break;
+		case O_CORES: parse_cores(&c, optarg); break;
+		case O_CALIB: calib = optarg; break;
+		case O_FORMAT:
+			if (!strcmp(optarg, "json")) json = true;
+			else if (strcmp(optarg, "text")) die("--format: '%s' is not text or json", optarg);
+			break;
+		case O_QUIET: quiet = true; break;
+		case 'o': outpath = optarg; break;
+		case 'h': fputs(usage, stdout); return 0;
+		default: bad = 1; break;
+		}
+	}
+	if (bad || optind < argc)
+		die("unexpected argument%s%s", optind < argc ? " " : "", optind < argc ? argv[optind] : "");
+	if (sweep && max_load)
+		die("--sweep and --max-load do not go together");
+	if (c.real) {
+		if (c.notify == VS_NOTIFY_IPI)
+			die("--notify ipi: only the virtual world has interrupts so far");
+		if (!c.n_cores_listed)
+			for (unsigned i = 0; i <= c.n; i++)
+				c.cores[i] = (int)i;
+		else if (c.n_cores_listed != c.n + 1)
+			die("--cores: %u listed, need %u (each worker, then the generator)",
+			    c.n_cores_listed, c.n + 1);
+		if (fp_tsc_calibrate(0) == -EIO)
+			die("the TSC does not advance here: --real needs it");
+	} else if (calib) {
+		die("--calibrate measures real threads: add --real");
+	}
+
+	o.json = json;
+	o.f = stdout;
+	if (outpath && !(o.f = fopen(outpath, "w")))
+		die("-o: cannot write %s: %s", outpath, strerror(errno));
+	print_header(&o, &c, argc, argv);
+
+	unsigned errors = 0;
+	double found = -1;
+	if (max_load) {
+		/* Bisection on the load, the same draws at every probe (qsim --max-load). */
+		double lo = 0.01, hi = 0.99;
+
+		for (int it = 0; it < 12; it++) {
+			double mid = (lo + hi) / 2;
+			int rc = point(&c, mid, &res);
+
+			if (rc)
+				die("run failed: %s", strerror(-rc));
+			progress(&c, &res, quiet);
+			errors += res.order_errors;
+			if ((double)res.s.p99 / 1000.0 <= c.slo_mult * c.mean_us) {
+				lo = mid;
+				found = mid;
+			} else {
+				hi = mid;
+			}
+		}
+	} else {
+		double l = sweep ? sw_a : c.load, end = sweep ? sw_b + 1e-9 : c.load;
+
+		for (; l <= end; l += sweep ? sw_step : 1) {
+			int rc = point(&c, l, &res);
+
+			if (rc == -EINVAL && c.real)
+				die("--cores: a core is not in this process's affinity mask");
+			if (rc)
+				die("run failed: %s", strerror(-rc));
+			progress(&c, &res, quiet);
+			print_point(&o, &c, &res);
+			errors += res.order_errors;
+			if (!sweep)
+				break;
+		}
+	}
+	if (json && max_load)
+		fprintf(o.f, "],\n \"max_load\": %.4f}\n", found < 0 ? 0 : found);
+	else if (json)
+		fprintf(o.f, "],\n \"max_load\": null}\n");
+	else if (max_load)
+		fprintf(o.f, "max_load %.4f (p99 <= %g x S)\n", found < 0 ? 0 : found, c.slo_mult);
+	if (calib)
+		write_calibration(calib, &c, &res);
+	if (o.f != stdout)
+		fclose(o.f);
+	return errors ? 1 : 0;
+}

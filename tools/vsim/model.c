@@ -1,0 +1,510 @@
+/* model.c: fp-vsim's worker loop, the same code in virtual time and on real threads. */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flowplane/clock.h>
+
+#include "../qsim/qsim.h"
+#include "vsim.h"
+
+#define F(x) offsetof(struct vs_costs, x)
+const struct vs_cost_name vs_cost_names[] = {
+	{"rx_ns", F(rx_ns), "per frame taken from the NIC queue and posted to its flow"},
+	{"run_ns", F(run_ns), "per batch run, beyond its service times"},
+	{"local_ns", F(local_ns), "per flow completed at home after running there"},
+	{"ship_ns", F(ship_ns), "per flow a thief sends back home"},
+	{"remote_ns", F(remote_ns), "per returned flow its home completes"},
+	{"steal_ns", F(steal_ns), "per steal attempt (probes and take)"},
+	{"poll_ns", F(poll_ns), "one pass of the loop's checks, paid by every step"},
+	{"ipi_ns", F(ipi_ns), "an interrupt's delivery"},
+	{"ipi_handle_ns", F(ipi_handle_ns), "entering and leaving the interrupt handler"},
+};
+#undef F
+const unsigned vs_n_cost_names = sizeof(vs_cost_names) / sizeof(vs_cost_names[0]);
+
+/* The flow's group by a hash of its id (RSS's role), the group's worker by the table. */
+unsigned vs_home_of(const struct vs_run *r, uint32_t flow)
+{
+	uint64_t x = flow;
+
+	return r->table[qs_splitmix64(&x) % VS_GROUPS];
+}
+
+/* ---- the two worlds, behind a few helpers ---- */
+
+static inline bool virt(const struct vs_core *c) { return !c->run->cfg->real; }
+
+static inline uint64_t now_ns(const struct vs_core *c)
+{
+	return virt(c) ? c->clock : fp_tsc_ns();
+}
+
+static inline void charge(struct vs_core *c, double ns)
+{
+	if (virt(c))
+		c->clock += (uint64_t)llround(ns);
+}
+
+static void spin_ns(uint64_t ns)
+{
+	uint64_t end = fp_rdtsc() + fp_ns_to_cycles(ns);
+
+	while (fp_rdtsc() < end)
+		__builtin_ia32_pause();
+}
+
+/* Real world: time spent on @kind since @t0 (ns), @n more of it done. */
+static inline uint64_t tick(const struct vs_core *c)
+{
+	return virt(c) ? 0 : fp_tsc_ns();
+}
+
+static inline void spent(struct vs_core *c, enum vs_kind kind, uint64_t t0, uint64_t n)
+{
+	c->cnt[kind] += n;
+	if (!virt(c))
+		c->spent_ns[kind] += fp_tsc_ns() - t0;
+}
+
+/* Something another core may act on changed at @c's time: parked virtual cores look again
+ * one pass of their loop later. */
+static void changed(struct vs_core *c)
+{
+	struct vs_run *r = c->run;
+
+	if (!virt(c))
+		return;
+	for (unsigned i = 0; i < r->cfg->n; i++) {
+		struct vs_core *o = &r->core[i];
+
+		if (o->parked) {
+			o->parked = false;
+			o->clock = c->clock + (uint64_t)llround(r->cfg->costs.poll_ns);
+		}
+	}
+}
+
+/* Frames waiting in worker @w's NIC queue that are visible at @t (virtual world). */
+static unsigned vq_visible(const struct vs_run *r, unsigned w, uint64_t t, unsigned max)
+{
+	unsigned n = 0;
+
+	for (uint32_t i = r->vq_head[w]; i != r->vq_tail[w] && n < max; i++, n++)
+		if (r->req[r->vq[w][i]].t_arr > t)
+			break;
+	return n;
+}
+
+/* Frames waiting in @c's NIC queue that it can see now, at most @max. */
+static unsigned nic_visible(struct vs_core *c, unsigned max)
+{
+	uint32_t n;
+
+	if (virt(c))
+		return vq_visible(c->run, c->id, c->clock, max);
+	n = fp_ring_count(c->nic);
+	return n < max ? n : max;
+}
+
+static unsigned nic_take(struct vs_core *c, struct vs_req **out, unsigned n)
+{
+	struct vs_run *r = c->run;
+
+	if (!virt(c))
+		return fp_ring_dequeue_burst(c->nic, (void **)out, n);
+	for (unsigned i = 0; i < n; i++)
+		out[i] = &r->req[r->vq[c->id][r->vq_head[c->id]++]];
+	return n;
+}
+
+/* ---- the steps ---- */
+
+/* The home executes the replies of @f's batch (a reply per request) and completes it. */
+static void complete(struct vs_core *c, struct vs_flow *f)
+{
+	struct vs_run *r = c->run;
+	uint64_t t = now_ns(c);
+
+	for (struct fp_shuf_ev *e = f->sf.batch.head; e; e = e->next) {
+		struct vs_req *q = fp_container_of(e, struct vs_req, ev);
+		uint64_t idx = (uint64_t)(q - r->req);
+
+		q->t_done = t;
+		if (q->seq != f->next_seq)
+			c->order_errors++;
+		f->next_seq = q->seq + 1;
+		c->replies++;
+		if (idx >= r->warm) {
+			fp_hist_record(&c->lat, t > q->t_arr ? t - q->t_arr : 0);
+			c->measured++;
+		}
+	}
+	if (virt(c))
+		r->replied += f->sf.batch.n;
+	else
+		__atomic_store_n(&c->done_total, c->replies, __ATOMIC_RELEASE);
+	if (fp_shuf_complete(&r->sh, &f->sf, t))
+		changed(c);
+}
+
+/* Run @f's batch: the run's own cost, then every request's service time. Its end (the
+ * replies, or the trip home) is the core's next step. */
+static void run_flow(struct vs_core *c, struct vs_flow *f, bool stolen, uint64_t t0)
+{
+	uint64_t svc = 0;
+
+	for (struct fp_shuf_ev *e = f->sf.batch.head; e; e = e->next)
+		svc += fp_container_of(e, struct vs_req, ev)->svc_ns;
+	c->batches++;
+	c->stolen_runs += stolen;
+	charge(c, c->run->cfg->costs.run_ns);
+	spent(c, VS_K_RUN, t0, 1);
+	if (virt(c))
+		c->clock += svc;
+	else
+		spin_ns(svc);
+	c->running = f;
+	c->phase = VS_PH_RUN;
+}
+
+/* The end of a run: at home, the replies go out now; a thief sends the flow home. */
+static void finish(struct vs_core *c)
+{
+	struct vs_run *r = c->run;
+	struct vs_flow *f = c->running;
+	uint64_t t0 = tick(c);
+
+	c->running = NULL;
+	if (fp_shuf_ran(&r->sh, c->id, &f->sf)) {
+		charge(c, r->cfg->costs.local_ns);
+		complete(c, f);
+		spent(c, VS_K_LOCAL, t0, 1);
+		return;
+	}
+	charge(c, r->cfg->costs.ship_ns);
+	changed(c);
+	spent(c, VS_K_SHIP, t0, 1);
+	if (r->cfg->notify == VS_NOTIFY_IPI && virt(c)) {
+		struct vs_core *h = &r->core[f->sf.home];
+
+		if (h->phase == VS_PH_RUN && h->clock > c->clock && !h->irq_at) {
+			h->irq_at = c->clock + (uint64_t)llround(r->cfg->costs.ipi_ns);
+			c->kicks++;
+		}
+	}
+}
+
+/* Take @n frames from the NIC queue and post each to its flow. */
+static void rx(struct vs_core *c, unsigned n)
+{
+	struct vs_run *r = c->run;
+	struct vs_req *q[64];
+	uint64_t t0 = tick(c), got = 0;
+	bool pub = false;
+
+	while (n) {
+		unsigned k = nic_take(c, q, n < 64 ? n : 64);
+
+		if (!k)
+			break;
+		for (unsigned i = 0; i < k; i++)
+			pub |= fp_shuf_post(&r->sh, &r->flow[q[i]->flow].sf, &q[i]->ev, now_ns(c));
+		got += k;
+		n -= k;
+	}
+	c->frames += got;
+	if (pub)
+		changed(c);
+	spent(c, VS_K_RX, t0, got);
+}
+
+/* Complete one flow that came home, if there is one. */
+static void drain_one(struct vs_core *c)
+{
+	struct fp_shuf_flow *sf;
+	uint64_t t0 = tick(c);
+
+	sf = fp_shuf_returned(&c->run->sh, c->id);
+	if (!sf)
+		return;
+	complete(c, fp_container_of(sf, struct vs_flow, sf));
+	spent(c, VS_K_RET, t0, 1);
+}
+
+/* An idle thief, ZygOS's idle loop (d): a home busy running a request while frames wait
+ * in its NIC queue and its shuffle queue is empty gets an interrupt, so that it runs its
+ * stack and the frames become stealable. */
+static void kick_busy_homes(struct vs_core *c)
+{
+	struct vs_run *r = c->run;
+
+	if (!virt(c) || r->cfg->notify != VS_NOTIFY_IPI)
+		return;
+	for (unsigned i = 0; i < r->cfg->n; i++) {
+		struct vs_core *h = &r->core[i];
+
+		if (h == c || h->phase != VS_PH_RUN || h->clock <= c->clock || h->irq_at)
+			continue;
+		if (vq_visible(r, i, c->clock, 1) && !fp_shuf_ready_count(&r->sh, i)) {
+			h->irq_at = c->clock + (uint64_t)llround(r->cfg->costs.ipi_ns);
+			c->kicks++;
+		}
+	}
+}
+
+/* One pass of the loop's checks, in ZygOS's order of priority: flows that came home (their
+ * replies are late already), the NIC queue, the own shuffle queue, then the others'. It
+ * pays for the step it picks; the step's effect happens at the next call, when the core's
+ * clock has reached its end. False: nothing to do. */
+static bool decide(struct vs_core *c)
+{
+	struct vs_run *r = c->run;
+	const struct vs_costs *k = &r->cfg->costs;
+	struct fp_shuf_flow *sf;
+	uint64_t t0 = tick(c);
+	unsigned n;
+
+	charge(c, k->poll_ns);
+	if (fp_shuf_has_returns(&r->sh, c->id)) {
+		charge(c, k->remote_ns);
+		c->phase = VS_PH_RET;
+		return true;
+	}
+	n = nic_visible(c, r->cfg->batch);
+	if (n) {
+		charge(c, k->rx_ns * n);
+		c->pending_n = n;
+		c->phase = VS_PH_RX;
+		return true;
+	}
+	sf = fp_shuf_take(&r->sh, c->id);
+	if (sf) {
+		run_flow(c, fp_container_of(sf, struct vs_flow, sf), false, t0);
+		return true;
+	}
+	if (r->cfg->sched == VS_SCHED_STEAL && fp_shuf_any_ready(&r->sh, c->id)) {
+		charge(c, k->steal_ns);
+		c->phase = VS_PH_STEAL;
+		return true;
+	}
+	if (r->cfg->sched == VS_SCHED_STEAL)
+		kick_busy_homes(c);
+	c->idle_passes++;
+	spent(c, VS_K_POLL, t0, 1);
+	return false;
+}
+
+bool vs_step(struct vs_core *c)
+{
+	enum vs_phase ph = c->phase;
+	struct fp_shuf_flow *sf;
+	uint64_t t0;
+
+	c->phase = VS_PH_NONE;
+	switch (ph) {
+	case VS_PH_RX:
+		rx(c, c->pending_n);
+		return true;
+	case VS_PH_RET:
+		drain_one(c);
+		return true;
+	case VS_PH_RUN:
+		finish(c);
+		return true;
+	case VS_PH_STEAL:
+		t0 = tick(c);
+		sf = fp_shuf_steal(&c->run->sh, c->id);
+		spent(c, VS_K_STEAL, t0, 1);
+		if (sf) {
+			run_flow(c, fp_container_of(sf, struct vs_flow, sf), true, tick(c));
+			return true;
+		}
+		/* another thief was first: look again */
+		return decide(c);
+	case VS_PH_NONE:
+		break;
+	}
+	return decide(c);
+}
+
+/* ZygOS's IPI handler (§3.4.5): on a core interrupted while running a request, (1) run the
+ * stack if its shuffle queue is empty, so waiting frames become stealable, and (2) execute
+ * the replies of flows that came home. The run it interrupted ends that much later. */
+void vs_irq(struct vs_core *c)
+{
+	struct vs_run *r = c->run;
+	const struct vs_costs *k = &r->cfg->costs;
+	uint64_t end = c->clock, t0 = c->irq_at;
+	unsigned n;
+
+	c->irq_at = 0;
+	if (c->phase != VS_PH_RUN || end <= t0)
+		return;                       /* no longer running: its loop will see to it */
+	c->irqs++;
+	c->clock = t0;                        /* the handler runs at the interrupt's time */
+	charge(c, k->ipi_handle_ns);
+	if (!fp_shuf_ready_count(&r->sh, c->id)) {
+		n = nic_visible(c, r->cfg->batch);
+		charge(c, k->rx_ns * n);
+		rx(c, n);
+	}
+	while (fp_shuf_has_returns(&r->sh, c->id)) {
+		charge(c, k->remote_ns);
+		drain_one(c);
+	}
+	c->clock = end + (c->clock - t0);     /* the interrupted run resumes */
+}
+
+/* ---- setup and results ---- */
+
+int vs_run_setup(struct vs_run *r, const struct vs_config *cfg)
+{
+	struct qs_dist d;
+	struct qs_rng ra, rs, rf;
+	double rate_per_ns, t = 0;
+	uint32_t *per;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	r->cfg = cfg;
+	if (qs_dist_parse(&d, cfg->dist))
+		return -EINVAL;
+	rc = fp_shuf_init(&r->sh, cfg->n, cfg->flows + 1, cfg->seed);
+	if (rc)
+		return rc;
+	r->sh.victim = cfg->victim;
+	r->core = aligned_alloc(FP_CACHE_LINE, cfg->n * sizeof(*r->core));
+	r->req = calloc(cfg->requests, sizeof(*r->req));
+	r->flow = calloc(cfg->flows, sizeof(*r->flow));
+	per = calloc(cfg->n, sizeof(*per));
+	if (!r->core || !r->req || !r->flow || !per) {
+		free(per);
+		vs_run_free(r);
+		return -ENOMEM;
+	}
+	memset(r->core, 0, cfg->n * sizeof(*r->core));
+	for (unsigned g = 0; g < VS_GROUPS; g++)
+		r->table[g] = (uint8_t)(g % cfg->n);
+	for (uint32_t i = 0; i < cfg->flows; i++)
+		fp_shuf_flow_init(&r->flow[i].sf, vs_home_of(r, i));
+	for (unsigned i = 0; i < cfg->n; i++) {
+		r->core[i].run = r;
+		r->core[i].id = i;
+		fp_hist_init(&r->core[i].lat);
+	}
+
+	/* The request stream: Poisson arrivals at load x n / S, service times from the
+	 * distribution, a uniformly chosen flow; separate streams as qsim draws them. */
+	qs_rng_seed(&ra, cfg->seed, 1);
+	qs_rng_seed(&rs, cfg->seed, 2);
+	qs_rng_seed(&rf, cfg->seed, 3);
+	rate_per_ns = cfg->load * cfg->n / (cfg->mean_us * 1000.0);
+	for (uint64_t i = 0; i < cfg->requests; i++) {
+		struct vs_req *q = &r->req[i];
+		double s = qs_dist_sample(&d, &rs) * cfg->mean_us * 1000.0;
+
+		t += qs_rng_exp(&ra) / rate_per_ns;
+		q->t_arr = (uint64_t)llround(t);
+		q->svc_ns = (uint32_t)(s < 4e9 ? llround(s) : 4000000000ll);
+		q->flow = qs_rng_below(&rf, cfg->flows);
+		q->seq = r->flow[q->flow].next_seq++;
+		per[vs_home_of(r, q->flow)]++;
+	}
+	for (uint32_t i = 0; i < cfg->flows; i++)
+		r->flow[i].next_seq = 0;
+	qs_dist_free(&d);
+	r->warm = (uint64_t)(cfg->warmup * (double)cfg->requests);
+
+	if (!cfg->real) {
+		r->vq = calloc(cfg->n, sizeof(*r->vq));
+		r->vq_head = calloc(cfg->n, sizeof(*r->vq_head));
+		r->vq_tail = calloc(cfg->n, sizeof(*r->vq_tail));
+		if (!r->vq || !r->vq_head || !r->vq_tail) {
+			free(per);
+			vs_run_free(r);
+			return -ENOMEM;
+		}
+		for (unsigned i = 0; i < cfg->n; i++)
+			if (!(r->vq[i] = malloc((per[i] + 1) * sizeof(uint32_t)))) {
+				free(per);
+				vs_run_free(r);
+				return -ENOMEM;
+			}
+	}
+	free(per);
+	return 0;
+}
+
+void vs_run_free(struct vs_run *r)
+{
+	if (r->vq)
+		for (unsigned i = 0; i < r->cfg->n; i++)
+			free(r->vq[i]);
+	free(r->vq);
+	free(r->vq_head);
+	free(r->vq_tail);
+	free(r->core);
+	free(r->req);
+	free(r->flow);
+	fp_shuf_fini(&r->sh);
+	memset(r, 0, sizeof(*r));
+}
+
+void vs_collect(struct vs_run *r, struct vs_result *o)
+{
+	const struct vs_config *cfg = r->cfg;
+	struct fp_hist *all = malloc(sizeof(*all));
+	uint64_t cnt[VS_K_N] = {0}, sp[VS_K_N] = {0};
+
+	memset(o, 0, sizeof(*o));
+	if (!all)
+		return;
+	fp_hist_init(all);
+	for (unsigned i = 0; i < cfg->n; i++) {
+		struct vs_core *c = &r->core[i];
+		struct fp_shuf_wk *w = &r->sh.wk[i];
+
+		fp_hist_merge(all, &c->lat);
+		o->steals += w->steals;
+		o->returns += w->returns;
+		o->probes += w->steal_probes;
+		o->misses += w->steal_misses;
+		o->kicks += c->kicks;
+		o->irqs += c->irqs;
+		o->order_errors += c->order_errors;
+		o->batches += c->batches;
+		o->frames += c->frames;
+		for (unsigned k = 0; k < VS_K_N; k++) {
+			cnt[k] += c->cnt[k];
+			sp[k] += c->spent_ns[k];
+		}
+	}
+	fp_hist_summarize(all, &o->s);
+	free(all);
+	o->load = cfg->load;
+	o->offered_mrps = cfg->load * cfg->n / cfg->mean_us;
+	o->duration_ns = r->end_ns;
+	if (r->end_ns)
+		o->achieved_mrps = (double)cfg->requests / (double)r->end_ns * 1000.0;
+	o->gen_late_max_ns = r->gen_late_max_ns;
+	o->gen_late_count = r->gen_late_count;
+	if (cfg->real) {
+		/* The mean real cost of each kind of step: what the virtual world's cost
+		 * model is calibrated from. */
+		static const unsigned off[VS_K_N] = {
+			[VS_K_RX] = offsetof(struct vs_costs, rx_ns),
+			[VS_K_RET] = offsetof(struct vs_costs, remote_ns),
+			[VS_K_RUN] = offsetof(struct vs_costs, run_ns),
+			[VS_K_LOCAL] = offsetof(struct vs_costs, local_ns),
+			[VS_K_SHIP] = offsetof(struct vs_costs, ship_ns),
+			[VS_K_STEAL] = offsetof(struct vs_costs, steal_ns),
+			[VS_K_POLL] = offsetof(struct vs_costs, poll_ns),
+		};
+		for (unsigned k = 0; k < VS_K_N; k++)
+			*(double *)((char *)&o->measured + off[k]) =
+				cnt[k] ? (double)sp[k] / (double)cnt[k] : 0;
+	}
+}

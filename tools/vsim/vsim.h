@@ -1,0 +1,162 @@
+/* vsim.h: fp-vsim: the shuffle layer's workers on N cores, in virtual time or on real threads. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <flowplane/hist.h>
+#include <flowplane/ring.h>
+#include <flowplane/shuffle.h>
+
+/*
+ * One worker loop (model.c) runs in two worlds:
+ *
+ *   - virtual (virt.c): N cores in one thread, each with its own clock; the core whose
+ *     clock is smallest runs its next step; what a step costs comes from the cost model
+ *     (struct vs_costs) plus the requests' own service times. Same seed, same bytes out.
+ *   - real (real.c): one pinned thread per worker spinning each request's service time on
+ *     the TSC, fed by a generator thread that plays the NIC; the costs are whatever the
+ *     machine takes, and are measured per step so the virtual world can be calibrated.
+ *
+ * A worker's step is one of: finish what it ran, complete flows that came home, take
+ * frames from its NIC queue, run one of its ready flows, or (stealing) probe other
+ * workers and run one of theirs. Each step's visible effect happens at the end of its
+ * cost, so in virtual time no core sees another's work before it is done.
+ */
+
+#define VS_MAX_CORES 64
+#define VS_GROUPS    128     /* flow groups: a flow's hash picks one, a table its worker */
+
+enum vs_sched { VS_SCHED_PART = 0, VS_SCHED_STEAL };
+enum vs_notify { VS_NOTIFY_POLL = 0, VS_NOTIFY_IPI };
+
+/* The cost model, in ns (virtual world), or the mean measured cost (real world). */
+struct vs_costs {
+	double rx_ns;        /* per frame taken from the NIC queue and posted to its flow */
+	double run_ns;       /* per batch run, beyond its requests' service times */
+	double local_ns;     /* per flow completed at home after running there (its reply) */
+	double ship_ns;      /* per flow a thief sends back to its home */
+	double remote_ns;    /* per returned flow the home completes (its reply) */
+	double steal_ns;     /* per steal attempt: probing the other workers, and the take */
+	double poll_ns;      /* one pass of the loop's checks (returns, NIC, own queue, the
+			      * others' queues), paid by every step: an idle core sees new
+			      * work one pass late */
+	double ipi_ns;       /* an interrupt's delivery */
+	double ipi_handle_ns; /* the interrupted core's cost to enter and leave the handler */
+};
+
+struct vs_cost_name {
+	const char *name;
+	unsigned off;
+	const char *help;
+};
+extern const struct vs_cost_name vs_cost_names[];
+extern const unsigned vs_n_cost_names;
+
+struct vs_config {
+	unsigned n;                  /* workers */
+	enum vs_sched sched;
+	enum fp_shuf_victim victim;
+	enum vs_notify notify;
+	const char *dist;            /* det, exp, bimodal1, bimodal2 */
+	double mean_us;              /* mean service time S */
+	double load;                 /* offered load: arrival rate x S / n */
+	uint64_t requests;
+	double warmup;               /* fraction of the first requests not counted */
+	uint32_t flows;
+	unsigned batch;              /* frames per NIC poll */
+	uint64_t seed;
+	struct vs_costs costs;
+	bool real;
+	int cores[VS_MAX_CORES + 1]; /* real: worker cores, then the generator's */
+	unsigned n_cores_listed;
+	double slo_mult;             /* --max-load: p99 <= slo_mult x S */
+};
+
+/* A request: its arrival, service time and flow; where and when it was answered. */
+struct vs_req {
+	struct fp_shuf_ev ev;
+	uint64_t t_arr;              /* ns: scheduled arrival (virtual or real clock) */
+	uint64_t t_done;             /* ns: reply executed at home */
+	uint32_t svc_ns;
+	uint32_t flow;
+	uint32_t seq;                /* within its flow */
+};
+
+struct vs_flow {
+	struct fp_shuf_flow sf;
+	uint32_t next_seq;           /* the next reply expected (order check) */
+};
+
+enum vs_phase { VS_PH_NONE = 0, VS_PH_RX, VS_PH_RET, VS_PH_RUN, VS_PH_STEAL };
+
+/* What the time of a real step went to, for calibration (one per cost of vs_costs). */
+enum vs_kind { VS_K_RX = 0, VS_K_RET, VS_K_RUN, VS_K_LOCAL, VS_K_SHIP, VS_K_STEAL, VS_K_POLL,
+	       VS_K_N };
+
+struct vs_run;
+
+/* One worker: its shuffle index, clock, phase and counters. */
+struct vs_core {
+	struct vs_run *run;
+	unsigned id;
+	enum vs_phase phase;
+	unsigned pending_n;          /* RX/RET: how many the step charged for */
+	struct vs_flow *running;     /* RUN: the flow being run */
+	/* virtual world */
+	uint64_t clock;              /* ns */
+	bool parked;
+	uint64_t irq_at;             /* an interrupt due at this time (0: none) */
+	/* counters */
+	uint64_t idle_passes;
+	uint64_t frames, replies, batches, stolen_runs, kicks, irqs, order_errors;
+	uint64_t measured;           /* requests counted in @lat */
+	struct fp_hist lat;          /* sojourn, ns */
+	/* real world: the NIC queue, and time spent per step kind (calibration) */
+	struct fp_ring *nic;
+	uint64_t cnt[VS_K_N];        /* frames, flows, batches, attempts, passes */
+	uint64_t spent_ns[VS_K_N];
+	uint64_t done_total;         /* replies, read by the main thread */
+};
+
+struct vs_run {
+	const struct vs_config *cfg;
+	struct fp_shuf sh;
+	struct vs_core *core;
+	struct vs_req *req;
+	struct vs_flow *flow;
+	uint8_t table[VS_GROUPS];    /* flow group -> worker */
+	uint64_t warm;               /* requests before this index are not counted */
+	/* virtual world's NIC: per worker, indices into @req in arrival order */
+	uint32_t **vq;
+	uint32_t *vq_head, *vq_tail;
+	uint64_t next_arr;           /* index of the next request to arrive */
+	uint64_t replied;            /* virtual world: replies so far */
+	/* results */
+	uint64_t end_ns;             /* virtual or real duration */
+	uint64_t gen_late_max_ns;    /* real: the generator's worst lateness */
+	uint64_t gen_late_count;     /* real: arrivals posted more than 1 us late */
+	double real_costs_valid;
+};
+
+/* Results of one point. */
+struct vs_result {
+	double load, offered_mrps, achieved_mrps;
+	struct fp_hist_summary s;
+	uint64_t steals, returns, probes, misses, kicks, irqs, order_errors, batches, frames;
+	uint64_t gen_late_max_ns, gen_late_count;
+	struct vs_costs measured;    /* real world only */
+	uint64_t duration_ns;
+};
+
+/* model.c */
+unsigned vs_home_of(const struct vs_run *r, uint32_t flow);
+int vs_run_setup(struct vs_run *r, const struct vs_config *cfg);
+void vs_run_free(struct vs_run *r);
+bool vs_step(struct vs_core *c);     /* one step; false when the core found nothing */
+void vs_irq(struct vs_core *c);      /* ZygOS's IPI handler, on an interrupted core */
+void vs_collect(struct vs_run *r, struct vs_result *out);
+
+/* virt.c, real.c */
+int vs_virtual(struct vs_run *r);
+int vs_real(struct vs_run *r);

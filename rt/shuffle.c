@@ -10,95 +10,121 @@
 #define STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define STORE_RLX(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
-/* ---- the ring: Vyukov's bounded MPMC array queue ----
- *
- * Slot i carries a sequence number: equal to the position when the slot is free for the
- * producer at that position, position + 1 once filled for the consumer at it. A producer
- * or consumer claims its position with one CAS on tail or head, then publishes with a
- * release store of the slot's sequence. No slot is ever written by two sides at once, and
- * a full or empty ring is seen from one slot's sequence without touching the other side's
- * index. */
+/* ---- ready queues: single producer, any consumer ---- */
 
 static int ring_init(struct fp_shuf_ring *r, uint32_t size)
 {
-	r->slots = aligned_alloc(FP_CACHE_LINE, ((size * sizeof(*r->slots)) + FP_CACHE_LINE - 1) /
-				 FP_CACHE_LINE * FP_CACHE_LINE);
+	size_t bytes = (size * sizeof(*r->slots) + FP_CACHE_LINE - 1) / FP_CACHE_LINE * FP_CACHE_LINE;
+
+	r->slots = aligned_alloc(FP_CACHE_LINE, bytes);
 	if (!r->slots)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < size; i++) {
-		r->slots[i].seq = i;
-		r->slots[i].f = NULL;
-		r->slots[i].t = 0;
-	}
+	memset(r->slots, 0, bytes);
 	r->mask = size - 1;
 	r->head = r->tail = 0;
 	return 0;
 }
 
+/* The home only. */
 static bool ring_push(struct fp_shuf_ring *r, struct fp_shuf_flow *f, uint64_t t)
 {
-	uint64_t pos = LOAD_RLX(&r->tail);
+	uint64_t tail = r->tail;
+	struct fp_shuf_slot *s = &r->slots[tail & r->mask];
 
-	for (;;) {
-		struct fp_shuf_slot *s = &r->slots[pos & r->mask];
-		int64_t dif = (int64_t)(LOAD_ACQ(&s->seq) - pos);
-
-		if (dif == 0) {
-			if (__atomic_compare_exchange_n(&r->tail, &pos, pos + 1, true,
-							__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-				STORE_RLX(&s->f, f);
-				STORE_RLX(&s->t, t);
-				STORE_REL(&s->seq, pos + 1);
-				return true;
-			}
-		} else if (dif < 0) {
-			return false;           /* full: never, with rings sized to the flows */
-		} else {
-			pos = LOAD_RLX(&r->tail);
-		}
-	}
+	if (tail - LOAD_ACQ(&r->head) > r->mask)
+		return false;                   /* full: never, with a slot per flow */
+	STORE_RLX(&s->f, f);
+	STORE_RLX(&s->t, t);
+	STORE_REL(&r->tail, tail + 1);
+	return true;
 }
 
+/* Anyone: read the head slot, then claim it. The home rewrites that slot only after head
+ * has moved past it, so a successful CAS means the read was of this position's flow. */
 static struct fp_shuf_flow *ring_pop(struct fp_shuf_ring *r)
 {
-	uint64_t pos = LOAD_RLX(&r->head);
+	uint64_t head = LOAD_ACQ(&r->head);
 
 	for (;;) {
-		struct fp_shuf_slot *s = &r->slots[pos & r->mask];
-		int64_t dif = (int64_t)(LOAD_ACQ(&s->seq) - (pos + 1));
+		struct fp_shuf_flow *f;
 
-		if (dif == 0) {
-			if (__atomic_compare_exchange_n(&r->head, &pos, pos + 1, true,
-							__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-				struct fp_shuf_flow *f = LOAD_RLX(&s->f);
-
-				STORE_REL(&s->seq, pos + r->mask + 1);
-				return f;
-			}
-		} else if (dif < 0) {
-			return NULL;            /* empty */
-		} else {
-			pos = LOAD_RLX(&r->head);
-		}
+		if (head == LOAD_ACQ(&r->tail))
+			return NULL;
+		f = LOAD_RLX(&r->slots[head & r->mask].f);
+		if (__atomic_compare_exchange_n(&r->head, &head, head + 1, false,
+						__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return f;
 	}
 }
 
-/* The time the head slot became ready, or UINT64_MAX when the ring looks empty. */
+/* The time the head flow became ready, or UINT64_MAX when the queue looks empty. */
 static uint64_t ring_head_time(const struct fp_shuf_ring *r)
 {
-	uint64_t pos = LOAD_RLX(&r->head);
-	const struct fp_shuf_slot *s = &r->slots[pos & r->mask];
+	uint64_t head = LOAD_ACQ(&r->head);
 
-	if (LOAD_ACQ(&s->seq) != pos + 1)
+	if (head == LOAD_ACQ(&r->tail))
 		return UINT64_MAX;
-	return LOAD_RLX(&s->t);
+	return LOAD_RLX(&r->slots[head & r->mask].t);
 }
 
 static uint32_t ring_count(const struct fp_shuf_ring *r)
 {
-	uint64_t t = LOAD_RLX(&r->tail), h = LOAD_RLX(&r->head);
+	uint64_t t = LOAD_ACQ(&r->tail), h = LOAD_ACQ(&r->head);
 
 	return t > h ? (uint32_t)(t - h) : 0;
+}
+
+/* ---- return queues: Vyukov's intrusive MPSC list ----
+ *
+ * The list always holds at least one node; @stub stands in when no flow is there. A push
+ * exchanges the tail and then links the old tail to the new node: between the two, the
+ * consumer sees a tail it cannot reach yet and reports nothing, to look again next pass. */
+
+static int mpsc_init(struct fp_shuf_mpsc *q)
+{
+	q->stub = calloc(1, sizeof(*q->stub));
+	if (!q->stub)
+		return -ENOMEM;
+	q->head = q->tail = q->stub;
+	return 0;
+}
+
+static void mpsc_push(struct fp_shuf_mpsc *q, struct fp_shuf_flow *f)
+{
+	struct fp_shuf_flow *prev;
+
+	STORE_RLX(&f->rnext, NULL);
+	prev = __atomic_exchange_n(&q->tail, f, __ATOMIC_ACQ_REL);
+	STORE_REL(&prev->rnext, f);
+}
+
+static struct fp_shuf_flow *mpsc_pop(struct fp_shuf_mpsc *q)
+{
+	struct fp_shuf_flow *head = q->head, *next = LOAD_ACQ(&head->rnext);
+
+	if (head == q->stub) {
+		if (!next)
+			return NULL;
+		q->head = head = next;
+		next = LOAD_ACQ(&next->rnext);
+	}
+	if (next) {
+		q->head = next;
+		return head;
+	}
+	if (head != LOAD_ACQ(&q->tail))
+		return NULL;                    /* a push is halfway: next pass */
+	mpsc_push(q, q->stub);
+	next = LOAD_ACQ(&head->rnext);
+	if (!next)
+		return NULL;
+	q->head = next;
+	return head;
+}
+
+static bool mpsc_nonempty(const struct fp_shuf_mpsc *q)
+{
+	return q->head != q->stub || LOAD_ACQ(&q->stub->rnext);
 }
 
 /* ---- lists of events ---- */
@@ -129,7 +155,7 @@ int fp_shuf_init(struct fp_shuf *s, unsigned n, uint32_t max_flows, uint64_t see
 	memset(s, 0, sizeof(*s));
 	if (!n || n > 1024 || !max_flows || max_flows > (1u << 30))
 		return -EINVAL;
-	while (size < max_flows)
+	while (size < max_flows)  /* a slot per flow: never full */
 		size <<= 1;
 	s->wk = aligned_alloc(FP_CACHE_LINE, n * sizeof(*s->wk));
 	if (!s->wk)
@@ -137,7 +163,7 @@ int fp_shuf_init(struct fp_shuf *s, unsigned n, uint32_t max_flows, uint64_t see
 	memset(s->wk, 0, n * sizeof(*s->wk));
 	s->n = n;
 	for (unsigned i = 0; i < n; i++) {
-		if (ring_init(&s->wk[i].ready, size) || ring_init(&s->wk[i].back, size)) {
+		if (ring_init(&s->wk[i].ready, size) || mpsc_init(&s->wk[i].back)) {
 			s->n = i + 1;
 			fp_shuf_fini(s);
 			return -ENOMEM;
@@ -151,7 +177,7 @@ void fp_shuf_fini(struct fp_shuf *s)
 {
 	for (unsigned i = 0; s->wk && i < s->n; i++) {
 		free(s->wk[i].ready.slots);
-		free(s->wk[i].back.slots);
+		free(s->wk[i].back.stub);
 	}
 	free(s->wk);
 	memset(s, 0, sizeof(*s));
@@ -168,7 +194,7 @@ void fp_shuf_flow_init(struct fp_shuf_flow *f, unsigned home)
 static bool flow_publish(struct fp_shuf *s, struct fp_shuf_flow *f, uint64_t now)
 {
 	list_move(&f->batch, &f->inbox);
-	f->state = FP_SHUF_QUEUED;
+	f->state = FP_SHUF_BUSY;
 	f->stolen = 0;
 	f->batches++;
 	return ring_push(&s->wk[f->home].ready, f, now);
@@ -282,13 +308,13 @@ bool fp_shuf_ran(struct fp_shuf *s, unsigned self, struct fp_shuf_flow *f)
 {
 	if (f->home == self)
 		return true;
-	ring_push(&s->wk[f->home].back, f, 0);
+	mpsc_push(&s->wk[f->home].back, f);
 	return false;
 }
 
 struct fp_shuf_flow *fp_shuf_returned(struct fp_shuf *s, unsigned self)
 {
-	struct fp_shuf_flow *f = ring_pop(&s->wk[self].back);
+	struct fp_shuf_flow *f = mpsc_pop(&s->wk[self].back);
 
 	if (f)
 		s->wk[self].returns++;
@@ -307,7 +333,7 @@ bool fp_shuf_complete(struct fp_shuf *s, struct fp_shuf_flow *f, uint64_t now)
 
 bool fp_shuf_has_returns(const struct fp_shuf *s, unsigned w)
 {
-	return ring_head_time(&s->wk[w].back) != UINT64_MAX;
+	return mpsc_nonempty(&s->wk[w].back);
 }
 
 uint32_t fp_shuf_ready_count(const struct fp_shuf *s, unsigned w)

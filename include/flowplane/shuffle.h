@@ -31,9 +31,9 @@
  * its current batch completes, instead of joining the queued batch. With thousands of flows
  * that is rare; a flow that pipelines many requests sees its batches alternate.
  *
- * Memory: the rings hold flow pointers; a flow must stay allocated while it is ready or
- * running (the home frees a flow only when it is idle). Ring sizes are at least the number
- * of flows, so a ring is never full.
+ * Memory: the queues hold flow pointers; a flow must stay allocated while it is ready or
+ * running (the home frees a flow only when it is idle). A ready queue has a slot for every
+ * flow of its home, so it is never full; a return queue is a list, never full either.
  */
 
 /* An event, embedded in the caller's own record; the shuffle layer only links them. */
@@ -46,7 +46,9 @@ struct fp_shuf_list {
 	uint32_t n;
 };
 
-enum fp_shuf_state { FP_SHUF_IDLE = 0, FP_SHUF_QUEUED, FP_SHUF_TAKEN };
+/* A flow's state as its home sees it: idle, or busy (ready in the queue, or running on
+ * some worker, or on its way back); only the home changes it. */
+enum fp_shuf_state { FP_SHUF_IDLE = 0, FP_SHUF_BUSY };
 
 /* A flow's place in the shuffle layer, embedded in the caller's per-flow record. */
 struct fp_shuf_flow {
@@ -56,28 +58,41 @@ struct fp_shuf_flow {
 	uint8_t state;               /* home only: enum fp_shuf_state */
 	uint8_t stolen;              /* written by the taker: run away from home */
 	uint32_t batches;            /* home only: batches published (stats, tests) */
+	struct fp_shuf_flow *rnext;  /* link in the home's return queue */
 };
 
-/* A slot of a ring: Vyukov's sequence number, the flow, and when it became ready (thieves
- * compare the heads' times to pick the oldest). */
+/* A slot of a ready queue: the flow, and when it became ready (thieves compare the heads'
+ * times to pick the oldest). */
 struct fp_shuf_slot {
-	uint64_t seq;
 	struct fp_shuf_flow *f;
 	uint64_t t;
 };
 
+/* A ready queue: single producer (the home), any consumer. Consumers read the head slot,
+ * then claim it with one CAS on @head; the producer writes a slot only once @head has
+ * passed it, so what was read is what was claimed (Go's runqget). Full only when it holds
+ * as many flows as it has slots, which a ring sized to the flows never does. */
 struct fp_shuf_ring {
-	uint64_t tail fp_aligned_cache;    /* producers' side */
+	uint64_t tail fp_aligned_cache;    /* the home's side */
 	uint64_t head fp_aligned_cache;    /* consumers' side */
 	uint64_t mask fp_aligned_cache;    /* read-only after init */
 	struct fp_shuf_slot *slots;
+};
+
+/* A return queue: any producer (thieves), one consumer (the home); Vyukov's intrusive
+ * MPSC list, linked through the flows, so a thief's push never fails or waits: one
+ * exchange, one store. */
+struct fp_shuf_mpsc {
+	struct fp_shuf_flow *tail fp_aligned_cache;  /* producers exchange it */
+	struct fp_shuf_flow *head fp_aligned_cache;  /* the consumer's */
+	struct fp_shuf_flow *stub;
 };
 
 /* Per worker, one cache-line group each: what thieves touch is in the rings; the counters
  * below are written by the worker alone (summed when read). */
 struct fp_shuf_wk {
 	struct fp_shuf_ring ready;         /* this worker's ready flows (home pushes) */
-	struct fp_shuf_ring back;          /* flows others ran, returned to this home */
+	struct fp_shuf_mpsc back;          /* flows others ran, returned to this home */
 	uint64_t rng fp_aligned_cache;     /* victim order */
 	uint64_t taken_local;              /* own flows run here */
 	uint64_t steals;                   /* flows taken from another worker */
@@ -98,8 +113,8 @@ struct fp_shuf {
 	struct fp_shuf_wk *wk;             /* n of them, cache aligned */
 };
 
-/* Set up @n workers whose rings hold @max_flows flows each (rounded up to a power of two).
- * 0 or -errno (-EINVAL, -ENOMEM). */
+/* Set up @n workers, each home to at most @max_flows flows at once (its ready queue's
+ * size, rounded up to a power of two). 0 or -errno (-EINVAL, -ENOMEM). */
 int fp_shuf_init(struct fp_shuf *s, unsigned n, uint32_t max_flows, uint64_t seed);
 void fp_shuf_fini(struct fp_shuf *s);
 

@@ -96,6 +96,27 @@ static uint64_t answered(const struct vs_run *r)
 	return n;
 }
 
+/* Wait until every request is answered; -ETIMEDOUT when none is for 5 s (a bug, or
+ * workers starved of their cores), rather than spinning for ever. */
+static int wait_answers(struct vs_run *r)
+{
+	uint64_t last = 0, since = fp_tsc_ns(), n;
+
+	while ((n = answered(r)) < r->cfg->requests) {
+		uint64_t now = fp_tsc_ns();
+
+		if (n != last) {
+			last = n;
+			since = now;
+		} else if (now - since > 5 * FP_NS_PER_S) {
+			return -ETIMEDOUT;
+		}
+		for (int i = 0; i < 64; i++)
+			__builtin_ia32_pause();
+	}
+	return 0;
+}
+
 int vs_real(struct vs_run *r)
 {
 	const struct vs_config *cfg = r->cfg;
@@ -130,8 +151,7 @@ int vs_real(struct vs_run *r)
 		x.t0 = fp_tsc_ns() + 1000000;     /* 1 ms for the workers to reach their loops */
 		__atomic_store_n(&x.go, 1, __ATOMIC_RELEASE);
 		generate(&x);
-		while (answered(r) < cfg->requests)
-			__builtin_ia32_pause();
+		rc = wait_answers(r);
 		r->end_ns = fp_tsc_ns() - x.t0;
 	}
 	__atomic_store_n(&x.go, 1, __ATOMIC_RELEASE);

@@ -83,7 +83,13 @@ static int set_cost(struct vs_costs *k, const char *spec, const char *where)
 		const struct vs_cost_name *c = &vs_cost_names[i];
 
 		if (strlen(c->name) == (size_t)(eq - spec) && !strncmp(c->name, spec, eq - spec)) {
-			*(double *)((char *)k + c->off) = num(c->name, eq + 1, 0, 1e9);
+			char *end;
+			double x = strtod(eq + 1, &end);
+
+			if (end == eq + 1 || *end || !isfinite(x) || x < 0 || x > 1e9)
+				die("%s: %s: '%s' is not a number of ns in [0, 1e9]", where, c->name,
+				    eq + 1);
+			*(double *)((char *)k + c->off) = x;
 			return 0;
 		}
 	}

@@ -48,12 +48,48 @@ static inline void charge(struct vs_core *c, double ns)
 		c->clock += (uint64_t)llround(ns);
 }
 
-static void spin_ns(uint64_t ns)
-{
-	uint64_t end = fp_rdtsc() + fp_ns_to_cycles(ns);
+#define BARRIER() __asm__ volatile("" ::: "memory")
 
-	while (fp_rdtsc() < end)
+/* Spin @ns of service on the TSC, interruptible: time an interrupt handler takes inside
+ * it does not count as service, so the run ends that much later (as in the virtual
+ * world). */
+static void spin_ns(struct vs_core *c, uint64_t ns)
+{
+	uint64_t start = fp_rdtsc(), cyc = fp_ns_to_cycles(ns);
+
+	c->irq_ns_in_run = 0;
+	BARRIER();
+	c->in_run = 1;
+	BARRIER();
+	while (fp_rdtsc() - start < cyc + fp_ns_to_cycles(c->irq_ns_in_run))
 		__builtin_ia32_pause();
+	BARRIER();
+	c->in_run = 0;
+	BARRIER();
+}
+
+/* Interrupt home @h (ZygOS's IPI), at most one outstanding. Virtual: its handler runs
+ * ipi_ns from now. Real: a SIGUSR1 to its thread. */
+static void kick(struct vs_core *c, struct vs_core *h)
+{
+	if (virt(c)) {
+		h->irq_at = c->clock + (uint64_t)llround(c->run->cfg->costs.ipi_ns);
+		c->kicks++;
+		return;
+	}
+	if (__atomic_exchange_n(&h->irq_pending, 1, __ATOMIC_ACQ_REL))
+		return;
+	__atomic_store_n(&h->irq_sent_ns, fp_tsc_ns(), __ATOMIC_RELEASE);
+	pthread_kill(h->thread, SIGUSR1);
+	c->kicks++;
+}
+
+/* Whether home @h is running a batch that an interrupt may cut into. */
+static bool busy_running(const struct vs_core *c, const struct vs_core *h)
+{
+	if (virt(c))
+		return h->phase == VS_PH_RUN && h->clock > c->clock && !h->irq_at;
+	return h->in_run && !__atomic_load_n(&h->irq_pending, __ATOMIC_ACQUIRE);
 }
 
 /* Real world: time spent on @kind since @t0 (ns), @n more of it done. */
@@ -165,7 +201,7 @@ static void run_flow(struct vs_core *c, struct vs_flow *f, bool stolen, uint64_t
 	if (virt(c))
 		c->clock += svc;
 	else
-		spin_ns(svc);
+		spin_ns(c, svc);
 	c->running = f;
 	c->phase = VS_PH_RUN;
 }
@@ -187,13 +223,11 @@ static void finish(struct vs_core *c)
 	charge(c, r->cfg->costs.ship_ns);
 	changed(c);
 	spent(c, VS_K_SHIP, t0, 1);
-	if (r->cfg->notify == VS_NOTIFY_IPI && virt(c)) {
+	if (r->cfg->notify == VS_NOTIFY_IPI) {
 		struct vs_core *h = &r->core[f->sf.home];
 
-		if (h->phase == VS_PH_RUN && h->clock > c->clock && !h->irq_at) {
-			h->irq_at = c->clock + (uint64_t)llround(r->cfg->costs.ipi_ns);
-			c->kicks++;
-		}
+		if (busy_running(c, h))
+			kick(c, h);
 	}
 }
 
@@ -241,17 +275,17 @@ static void kick_busy_homes(struct vs_core *c)
 {
 	struct vs_run *r = c->run;
 
-	if (!virt(c) || r->cfg->notify != VS_NOTIFY_IPI)
+	if (r->cfg->notify != VS_NOTIFY_IPI)
 		return;
 	for (unsigned i = 0; i < r->cfg->n; i++) {
 		struct vs_core *h = &r->core[i];
+		bool waiting;
 
-		if (h == c || h->phase != VS_PH_RUN || h->clock <= c->clock || h->irq_at)
+		if (h == c || !busy_running(c, h))
 			continue;
-		if (vq_visible(r, i, c->clock, 1) && !fp_shuf_ready_count(&r->sh, i)) {
-			h->irq_at = c->clock + (uint64_t)llround(r->cfg->costs.ipi_ns);
-			c->kicks++;
-		}
+		waiting = virt(c) ? vq_visible(r, i, c->clock, 1) != 0 : fp_ring_count(h->nic) != 0;
+		if (waiting && !fp_shuf_ready_count(&r->sh, i))
+			kick(c, h);
 	}
 }
 
@@ -356,6 +390,32 @@ void vs_irq(struct vs_core *c)
 		drain_one(c);
 	}
 	c->clock = end + (c->clock - t0);     /* the interrupted run resumes */
+}
+
+/* The same handler on a real worker, from its SIGUSR1 handler. It runs only while the
+ * worker spins a batch (in_run), when the interrupted code touches none of the state the
+ * handler does: the NIC queue, the home side of its flows, its return queue and counters.
+ * Its time is added to the run (spin_ns) and measured for the cost model. */
+void vs_irq_real(struct vs_core *c)
+{
+	uint64_t t0 = fp_tsc_ns(), sent = __atomic_load_n(&c->irq_sent_ns, __ATOMIC_ACQUIRE);
+	uint64_t before = c->spent_ns[VS_K_RX] + c->spent_ns[VS_K_RET];
+	struct vs_run *r = c->run;
+
+	__atomic_store_n(&c->irq_pending, 0, __ATOMIC_RELEASE);
+	c->cnt[VS_K_IPI]++;
+	c->spent_ns[VS_K_IPI] += t0 > sent ? t0 - sent : 0;
+	if (!c->in_run)
+		return;                       /* the run ended before the signal came */
+	c->irqs++;
+	if (!fp_shuf_ready_count(&r->sh, c->id))
+		rx(c, nic_visible(c, r->cfg->batch));
+	while (fp_shuf_has_returns(&r->sh, c->id))
+		drain_one(c);
+	uint64_t t1 = fp_tsc_ns();
+	c->cnt[VS_K_IPI_HANDLE]++;
+	c->spent_ns[VS_K_IPI_HANDLE] += (t1 - t0) - (c->spent_ns[VS_K_RX] + c->spent_ns[VS_K_RET] - before);
+	c->irq_ns_in_run += t1 - t0;
 }
 
 /* ---- setup and results ---- */
@@ -502,6 +562,8 @@ void vs_collect(struct vs_run *r, struct vs_result *o)
 			[VS_K_SHIP] = offsetof(struct vs_costs, ship_ns),
 			[VS_K_STEAL] = offsetof(struct vs_costs, steal_ns),
 			[VS_K_POLL] = offsetof(struct vs_costs, poll_ns),
+			[VS_K_IPI] = offsetof(struct vs_costs, ipi_ns),
+			[VS_K_IPI_HANDLE] = offsetof(struct vs_costs, ipi_handle_ns),
 		};
 		for (unsigned k = 0; k < VS_K_N; k++)
 			*(double *)((char *)&o->measured + off[k]) =

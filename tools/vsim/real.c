@@ -49,11 +49,25 @@ static int pin_self(int core)
 	return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) ? -EINVAL : 0;
 }
 
+static __thread struct vs_core *self_core;
+
+/* SIGUSR1: ZygOS's IPI, delivered as a signal to the worker's thread. */
+static void on_irq(int sig)
+{
+	int saved = errno;
+
+	(void)sig;
+	if (self_core)
+		vs_irq_real(self_core);
+	errno = saved;
+}
+
 static void *worker(void *p)
 {
 	struct wk_arg *a = p;
 	struct vs_core *c = &a->x->r->core[a->id];
 
+	self_core = c;
 	while (!__atomic_load_n(&a->x->go, __ATOMIC_ACQUIRE))
 		__builtin_ia32_pause();
 	while (!__atomic_load_n(&a->x->stop, __ATOMIC_ACQUIRE))
@@ -127,6 +141,13 @@ int vs_real(struct vs_run *r)
 	unsigned started = 0;
 	int rc = 0;
 
+	if (cfg->notify == VS_NOTIFY_IPI) {
+		struct sigaction sa = {.sa_handler = on_irq};
+
+		sigemptyset(&sa.sa_mask);
+		sa.sa_flags = SA_RESTART;
+		sigaction(SIGUSR1, &sa, NULL);
+	}
 	while (qsize < cfg->requests + 1 && qsize < (1u << 20))
 		qsize <<= 1;
 	for (unsigned i = 0; i < cfg->n; i++)
@@ -140,6 +161,8 @@ int vs_real(struct vs_run *r)
 		rc = pin_attr(&at, cfg->cores[i]);
 		if (!rc && pthread_create(&th[i], &at, worker, &args[i]))
 			rc = -EINVAL;         /* the core is not ours (affinity, cpuset) */
+		if (!rc)
+			r->core[i].thread = th[i];
 		pthread_attr_destroy(&at);
 		if (rc)
 			break;

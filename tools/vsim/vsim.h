@@ -1,6 +1,8 @@
 /* vsim.h: fp-vsim: the shuffle layer's workers on N cores, in virtual time or on real threads. */
 #pragma once
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -92,7 +94,7 @@ enum vs_phase { VS_PH_NONE = 0, VS_PH_RX, VS_PH_RET, VS_PH_RUN, VS_PH_STEAL };
 
 /* What the time of a real step went to, for calibration (one per cost of vs_costs). */
 enum vs_kind { VS_K_RX = 0, VS_K_RET, VS_K_RUN, VS_K_LOCAL, VS_K_SHIP, VS_K_STEAL, VS_K_POLL,
-	       VS_K_N };
+	       VS_K_IPI, VS_K_IPI_HANDLE, VS_K_N };
 
 struct vs_run;
 
@@ -112,8 +114,13 @@ struct vs_core {
 	uint64_t frames, replies, batches, stolen_runs, kicks, irqs, order_errors;
 	uint64_t measured;           /* requests counted in @lat */
 	struct fp_hist lat;          /* sojourn, ns */
-	/* real world: the NIC queue, and time spent per step kind (calibration) */
+	/* real world: the NIC queue, interrupts (a signal), and time spent per step kind */
 	struct fp_ring *nic;
+	pthread_t thread;
+	volatile sig_atomic_t in_run;        /* spinning a batch: an interrupt may run */
+	int irq_pending;                     /* a signal sent and not yet handled */
+	uint64_t irq_sent_ns;                /* when it was sent (delivery time) */
+	volatile uint64_t irq_ns_in_run;     /* handler time inside the current run */
 	uint64_t cnt[VS_K_N];        /* frames, flows, batches, attempts, passes */
 	uint64_t spent_ns[VS_K_N];
 	uint64_t done_total;         /* replies, read by the main thread */
@@ -155,6 +162,7 @@ int vs_run_setup(struct vs_run *r, const struct vs_config *cfg);
 void vs_run_free(struct vs_run *r);
 bool vs_step(struct vs_core *c);     /* one step; false when the core found nothing */
 void vs_irq(struct vs_core *c);      /* ZygOS's IPI handler, on an interrupted core */
+void vs_irq_real(struct vs_core *c); /* the same, in a signal handler on a real worker */
 void vs_collect(struct vs_run *r, struct vs_result *out);
 
 /* virt.c, real.c */

@@ -130,7 +130,7 @@ def test_real_threads_answer_everything(tmp_path):
     (["--cost", "rx_ns"], "NAME=NS"),
     (["--calibrate", "/tmp/x"], "add --real"),
     (["--real", "-n", "2", "--cores", "0,1"], "need 3"),
-    (["--real", "--notify", "ipi"], "virtual world"),
+    (["--real", "-n", "1", "--cores", "0"], "need 2"),
     (["--costs", "/nonexistent/file"], "cannot open"),
     (["extra"], "unexpected argument"),
 ])

@@ -283,11 +283,12 @@ static void write_calibration(const char *path, const struct vs_config *c,
 		"S=%g us, load %.3f, %llu requests\n", when, c->n, sched_name(c), c->dist,
 		c->mean_us, c->load, (unsigned long long)c->requests);
 	fprintf(f, "# mean time of each kind of step (ns)%s\n", c->notify == VS_NOTIFY_IPI ? "" :
-		"; ipi_* need --notify ipi to be measured");
+		"; kick_ns and ipi_* need --notify ipi to be measured");
 	for (unsigned i = 0; i < vs_n_cost_names; i++) {
 		double v = *(const double *)((const char *)&r->measured + vs_cost_names[i].off);
 
-		if (strncmp(vs_cost_names[i].name, "ipi", 3) || c->notify == VS_NOTIFY_IPI)
+		if ((strncmp(vs_cost_names[i].name, "ipi", 3) && strcmp(vs_cost_names[i].name, "kick_ns")) ||
+		    c->notify == VS_NOTIFY_IPI)
 			fprintf(f, "%s=%.1f\n", vs_cost_names[i].name, v);
 	}
 	fclose(f);

@@ -19,6 +19,7 @@ const struct vs_cost_name vs_cost_names[] = {
 	{"remote_ns", F(remote_ns), "per returned flow its home completes"},
 	{"steal_ns", F(steal_ns), "per steal attempt (probes and take)"},
 	{"poll_ns", F(poll_ns), "one pass of the loop's checks, paid by every step"},
+	{"kick_ns", F(kick_ns), "sending an interrupt, the sender's cost"},
 	{"ipi_ns", F(ipi_ns), "an interrupt's delivery"},
 	{"ipi_handle_ns", F(ipi_handle_ns), "entering and leaving the interrupt handler"},
 };
@@ -48,6 +49,19 @@ static inline void charge(struct vs_core *c, double ns)
 		c->clock += (uint64_t)llround(ns);
 }
 
+/* Real world: time spent on @kind since @t0 (ns), @n more of it done. */
+static inline uint64_t tick(const struct vs_core *c)
+{
+	return virt(c) ? 0 : fp_tsc_ns();
+}
+
+static inline void spent(struct vs_core *c, enum vs_kind kind, uint64_t t0, uint64_t n)
+{
+	c->cnt[kind] += n;
+	if (!virt(c))
+		c->spent_ns[kind] += fp_tsc_ns() - t0;
+}
+
 #define BARRIER() __asm__ volatile("" ::: "memory")
 
 /* Spin @ns of service on the TSC, interruptible: time an interrupt handler takes inside
@@ -72,16 +86,21 @@ static void spin_ns(struct vs_core *c, uint64_t ns)
  * ipi_ns from now. Real: a SIGUSR1 to its thread. */
 static void kick(struct vs_core *c, struct vs_core *h)
 {
+	uint64_t t0;
+
 	if (virt(c)) {
 		h->irq_at = c->clock + (uint64_t)llround(c->run->cfg->costs.ipi_ns);
+		charge(c, c->run->cfg->costs.kick_ns);
 		c->kicks++;
 		return;
 	}
 	if (__atomic_exchange_n(&h->irq_pending, 1, __ATOMIC_ACQ_REL))
 		return;
-	__atomic_store_n(&h->irq_sent_ns, fp_tsc_ns(), __ATOMIC_RELEASE);
+	t0 = fp_tsc_ns();
+	__atomic_store_n(&h->irq_sent_ns, t0, __ATOMIC_RELEASE);
 	pthread_kill(h->thread, SIGUSR1);
 	c->kicks++;
+	spent(c, VS_K_KICK, t0, 1);
 }
 
 /* Whether home @h is running a batch that an interrupt may cut into. */
@@ -90,19 +109,6 @@ static bool busy_running(const struct vs_core *c, const struct vs_core *h)
 	if (virt(c))
 		return h->phase == VS_PH_RUN && h->clock > c->clock && !h->irq_at;
 	return h->in_run && !__atomic_load_n(&h->irq_pending, __ATOMIC_ACQUIRE);
-}
-
-/* Real world: time spent on @kind since @t0 (ns), @n more of it done. */
-static inline uint64_t tick(const struct vs_core *c)
-{
-	return virt(c) ? 0 : fp_tsc_ns();
-}
-
-static inline void spent(struct vs_core *c, enum vs_kind kind, uint64_t t0, uint64_t n)
-{
-	c->cnt[kind] += n;
-	if (!virt(c))
-		c->spent_ns[kind] += fp_tsc_ns() - t0;
 }
 
 /* Something another core may act on changed at @c's time: parked virtual cores look again
@@ -564,6 +570,7 @@ void vs_collect(struct vs_run *r, struct vs_result *o)
 			[VS_K_POLL] = offsetof(struct vs_costs, poll_ns),
 			[VS_K_IPI] = offsetof(struct vs_costs, ipi_ns),
 			[VS_K_IPI_HANDLE] = offsetof(struct vs_costs, ipi_handle_ns),
+			[VS_K_KICK] = offsetof(struct vs_costs, kick_ns),
 		};
 		for (unsigned k = 0; k < VS_K_N; k++)
 			*(double *)((char *)&o->measured + off[k]) =

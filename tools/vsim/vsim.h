@@ -43,6 +43,7 @@ struct vs_costs {
 	double poll_ns;      /* one pass of the loop's checks (returns, NIC, own queue, the
 			      * others' queues), paid by every step: an idle core sees new
 			      * work one pass late */
+	double kick_ns;      /* the sender's cost of an interrupt (a tgkill on real threads) */
 	double ipi_ns;       /* an interrupt's delivery */
 	double ipi_handle_ns; /* the interrupted core's cost to enter and leave the handler */
 };
@@ -94,7 +95,7 @@ enum vs_phase { VS_PH_NONE = 0, VS_PH_RX, VS_PH_RET, VS_PH_RUN, VS_PH_STEAL };
 
 /* What the time of a real step went to, for calibration (one per cost of vs_costs). */
 enum vs_kind { VS_K_RX = 0, VS_K_RET, VS_K_RUN, VS_K_LOCAL, VS_K_SHIP, VS_K_STEAL, VS_K_POLL,
-	       VS_K_IPI, VS_K_IPI_HANDLE, VS_K_N };
+	       VS_K_IPI, VS_K_IPI_HANDLE, VS_K_KICK, VS_K_N };
 
 struct vs_run;
 

@@ -230,8 +230,10 @@ def part_zygos(t, a, out):
             fcfs = q("fcfs")
             r = {"dist": dist, "mean_us": s, "qsim_fcfs": fcfs, "qsim_steal": q("steal"),
                  "qsim_part": q("part"), "vsim_steal": v("steal"), "vsim_part": v("part"),
+                 "vsim_steal_ipi": v("steal", "--notify", "ipi"),
                  "vsim_steal_stack": v("steal", "--cost", f"rx_ns={a.stack_ns + a.rx_ns}")}
-            for k in ("qsim_steal", "qsim_part", "vsim_steal", "vsim_part", "vsim_steal_stack"):
+            for k in ("qsim_steal", "qsim_part", "vsim_steal", "vsim_part", "vsim_steal_stack",
+                      "vsim_steal_ipi"):
                 r[k + "_frac"] = r[k] / fcfs if fcfs else float("nan")
             rows.append(r)
             done += 1
@@ -242,15 +244,15 @@ def part_zygos(t, a, out):
     print(f"\n### ZygOS's headline at 16 cores: the highest load with p99 ≤ 10 × S, "
           f"as a fraction of M/G/16 FCFS's ({req} requests per probe; "
           f"costs: {os.path.relpath(a.costs, ROOT)})\n")
-    print("| dist | S µs | M/G/16 FCFS (qsim) | ideal steal (qsim) | fp-vsim steal | "
-          f"fp-vsim steal, +{a.stack_ns:.0f} ns stack/request | fp-vsim partitioned | "
-          "ideal partitioned (qsim) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| dist | S µs | M/G/16 FCFS load (qsim) | ideal steal (qsim) | fp-vsim steal | "
+          f"fp-vsim steal + interrupts | fp-vsim steal, +{a.stack_ns:.0f} ns stack/request | "
+          "fp-vsim partitioned | ideal partitioned (qsim) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['dist']} | {r['mean_us']} | {r['qsim_fcfs']:.3f} | "
               f"{r['qsim_steal_frac']:.0%} | **{r['vsim_steal_frac']:.0%}** | "
-              f"{r['vsim_steal_stack_frac']:.0%} | {r['vsim_part_frac']:.0%} | "
-              f"{r['qsim_part_frac']:.0%} |")
+              f"{r['vsim_steal_ipi_frac']:.0%} | {r['vsim_steal_stack_frac']:.0%} | "
+              f"{r['vsim_part_frac']:.0%} | {r['qsim_part_frac']:.0%} |")
     out["zygos"] = {"costs": a.costs, "stack_ns": a.stack_ns, "rows": rows}
 
 
@@ -266,9 +268,9 @@ def main():
     ap.add_argument("--seeds", type=int, default=5, help="bounds: seeds per cell (default 5)")
     ap.add_argument("--requests", type=int, default=None,
                     help="per point (default 200000; --quick 60000)")
-    ap.add_argument("--costs", default=os.path.join(ROOT, "bench/costs/kvm16-steal-n14.txt"),
-                    help="cost model for real and zygos (default: measured on a 16-core "
-                         "KVM guest with 14 stealing workers)")
+    ap.add_argument("--costs", default=os.path.join(ROOT, "bench/costs/kvm16-n2.txt"),
+                    help="cost model for real and zygos (default: measured on 2 stealing "
+                         "workers with interrupts, on a 16-core KVM guest)")
     ap.add_argument("--stack-ns", type=float, default=500.0,
                     help="zygos: a TCP/IP stack's cost per request added to rx_ns in the "
                          "extra column (default 500: flowplane's user time per echo "

@@ -75,7 +75,7 @@ def test_zero_overheads_match_qsim(dist, load):
 
 
 def test_stealing_beats_partitioned_with_costs():
-    costs = REPO / "bench" / "costs" / "kvm16-steal-n14.txt"
+    costs = REPO / "bench" / "costs" / "kvm16-n2.txt"
     common = ["-n", "16", "-d", "exp", "-l", "0.8", "--requests", 60000, "--costs", costs]
     s = vjson(*common)["points"][0]
     p = vjson(*common, "--sched", "part")["points"][0]

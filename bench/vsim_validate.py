@@ -35,6 +35,9 @@ T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 
        10: 2.23, 15: 2.13, 20: 2.09, 30: 2.04}
 
 
+RES = 0.01   # the histograms' resolution, relative (1/128 bucket width, rounded up)
+
+
 def t95(df):
     keys = sorted(k for k in T95 if k <= df)
     return T95[keys[-1]] if keys else T95[1]
@@ -116,17 +119,22 @@ def part_bounds(t, a, out):
                       f"{el:.0f} s, ~{el / done * (total - done):.0f} s left", file=sys.stderr)
             for i, load in enumerate(loads):
                 c = {k: interval(v[i]) for k, v in p99.items()}
-                m_steal = abs(c["vsim_steal"][0] - c["qsim_steal"][0]) <= c["vsim_steal"][1] + c["qsim_steal"][1]
-                m_part = abs(c["vsim_part"][0] - c["qsim_part"][0]) <= c["vsim_part"][1] + c["qsim_part"][1]
-                between = c["qsim_fcfs"][0] <= c["vsim_steal"][0] * 1.001 and \
-                    c["vsim_steal"][0] <= c["vsim_part"][0] * 1.001
+                # Both tools read percentiles from fp_hist, whose buckets are up to 1/128
+                # of their value wide: within RES of each other is the same value.
+                def same(x, y):
+                    return abs(c[x][0] - c[y][0]) <= c[x][1] + c[y][1] + RES * c[y][0]
+                m_steal = same("vsim_steal", "qsim_steal")
+                m_part = same("vsim_part", "qsim_part")
+                between = c["qsim_fcfs"][0] <= c["vsim_steal"][0] * (1 + RES) and \
+                    c["vsim_steal"][0] <= c["vsim_part"][0] * (1 + RES)
                 ok_all &= m_steal and m_part and between
                 rows.append({"n": n, "dist": dist, "load": load,
                              **{k: {"mean": v[0], "half95": v[1]} for k, v in c.items()},
                              "steal_match": m_steal, "part_match": m_part,
                              "fcfs_steal_part_order": between})
     print(f"\n### Validation 1: zero overheads against qsim (p99 µs, S = 10 µs, "
-          f"{a.requests} requests, {len(seeds)} seeds, mean ± 95% half-interval)\n")
+          f"{a.requests} requests, {len(seeds)} seeds, mean ± 95% half-interval; a match "
+          f"is an overlap of the intervals widened by the histograms' 1% resolution)\n")
     print("| n | dist | load | fp-vsim steal | qsim steal | match | fp-vsim part | qsim part | "
           "match | qsim fcfs | fcfs ≤ steal ≤ part |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

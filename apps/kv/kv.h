@@ -87,6 +87,12 @@ void kv_store_quiesce(struct kv_store *s, unsigned w);
  * memory reuse until its next call, which brings it back. Every worker starts offline. */
 void kv_store_offline(struct kv_store *s, unsigned w);
 
+/* The expiry crawler (memcached's LRU crawler): reclaim items that expired or were
+ * flushed, at most @budget chunks per slab class, so their memory is reused before a
+ * class takes a fresh page. Worker @w calls it between rounds (about once a second);
+ * returns the items reclaimed. */
+unsigned kv_store_crawl(struct kv_store *s, unsigned w, unsigned budget);
+
 /* An item as readers see it. key and value point into the item: valid until the caller's
  * worker next quiesces. */
 struct kv_item_view {
@@ -193,6 +199,7 @@ void kv_flush_all(struct kv_store *s, uint32_t when);
 struct kv_store_stats {
 	uint64_t curr_items, total_items, bytes, evictions, expired_unfetched, evicted_unfetched,
 		 reclaimed, limit_maxbytes, hash_bytes, hash_power_level;
+	uint64_t crawler_reclaimed, crawler_checked, crawler_starts;
 	uint64_t get_hits, get_misses, get_expired, get_flushed, cmd_touch, touch_hits, touch_misses,
 		 delete_hits, delete_misses, incr_hits, incr_misses, decr_hits, decr_misses,
 		 cas_hits, cas_misses, cas_badval, slabs_moved, total_malloced;

@@ -29,6 +29,9 @@
  */
 
 #define KV_TICK_US        1000
+#define KV_CRAWL_TICKS    10      /* the expiry crawler runs every 10 ticks (10 ms)... */
+#define KV_CRAWL_BUDGET   320     /* ...and looks at up to 320 chunks per slab class: 32k
+				   * a second, a lap of 1M items in about 30 s */
 #define KV_MIN_PENDING    (4u << 20)
 #define OPT_RT_BASE       FP_RT_OPT_BASE   /* getopt value of runtime option i */
 
@@ -118,6 +121,8 @@ static void kv_tick(struct fp_timer *t, uint64_t now_us)
 		wk->ticks = 0;
 		kv_uploads_check(wk);
 	}
+	if (wk->w == 0 && wk->ticks % KV_CRAWL_TICKS == 0)   /* one crawler, as memcached's */
+		kv_store_crawl(wk->m->proto.store, wk->w, KV_CRAWL_BUDGET);
 	fp_ctx_timer_add(fp_evl_ctx(wk->evl), &wk->tick, now_us + KV_TICK_US);
 }
 

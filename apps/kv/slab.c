@@ -41,7 +41,7 @@ static unsigned init_classes(struct kv_store *s)
 		s->cls[j].perslab = KV_PAGE_SIZE / s->cls[j].size;
 	s->cls[KV_HUGE].perslab = 1;
 	for (unsigned j = 0; j < KV_MAX_CLASSES; j++)
-		s->cls[j].first_page = s->cls[j].hand_page = KV_NO_PAGE;
+		s->cls[j].first_page = s->cls[j].hand_page = s->cls[j].crawl_page = KV_NO_PAGE;
 	return i;
 }
 
@@ -197,6 +197,8 @@ static void class_drop_page(struct kv_store *s, struct kv_class *c, uint32_t p)
 	set_reserve(c);
 	if (c->hand_page == p)
 		c->hand_page = KV_NO_PAGE;
+	if (c->crawl_page == p)
+		c->crawl_page = KV_NO_PAGE;
 	pool_put(s, p, s->pages[p].run);
 }
 
@@ -363,6 +365,66 @@ static unsigned evict(struct kv_store *s, unsigned w, unsigned id, unsigned want
 	}
 	kv_unlock(&c->lock);
 	return got;
+}
+
+/*
+ * The expiry crawler (memcached's LRU crawler, which is on by default): a hand of its own
+ * sweeps each class and reclaims the items that have expired or were flushed, so their
+ * memory is reused before the class takes a fresh page; nothing live is touched. At most
+ * @budget chunks per class per call, the class lock held for KV_CRAWL_BATCH at a time.
+ */
+#define KV_CRAWL_BATCH 256u
+
+static unsigned crawl_class(struct kv_store *s, unsigned w, struct kv_class *c, unsigned budget)
+{
+	unsigned got = 0;
+	uint32_t now = kv_store_now(s);
+
+	for (unsigned done = 0; done < budget;) {
+		unsigned n = 0;
+
+		kv_lock(&c->lock);
+		for (; c->npages && n < KV_CRAWL_BATCH && done < budget; n++, done++) {
+			struct kv_item *it;
+			uint16_t f;
+
+			if (c->crawl_page == KV_NO_PAGE || c->crawl_chunk >= c->perslab) {
+				c->crawl_page = c->crawl_page == KV_NO_PAGE ? c->first_page
+									    : s->pages[c->crawl_page].next;
+				c->crawl_chunk = 0;
+				if (c->crawl_page == KV_NO_PAGE) {   /* a lap is done */
+					done = budget;
+					break;
+				}
+				if (c->crawl_page == c->first_page)    /* a lap starts */
+					atomic_fetch_add_explicit(&s->crawler_starts, 1,
+								  memory_order_relaxed);
+			}
+			it = chunk_at(s, c->crawl_page, c->crawl_chunk++, c->size);
+			f = atomic_load_explicit(&it->iflags, memory_order_acquire);
+			if ((f & KV_ST_MASK) != KV_ST_LINKED || s->pages[c->crawl_page].draining)
+				continue;
+			c->crawler_checked++;
+			if (kv_item_dead(s, it, now) && evict_one(s, w, c, it)) {
+				c->crawler_reclaimed++;
+				got++;
+			}
+		}
+		kv_unlock(&c->lock);
+		if (!n)
+			break;
+	}
+	return got;
+}
+
+unsigned kv_store_crawl(struct kv_store *s, unsigned w, unsigned budget)
+{
+	unsigned got = 0;
+
+	kv_enter(s, w);
+	for (unsigned id = 1; id < s->nclasses; id++)
+		got += crawl_class(s, w, &s->cls[id], budget);
+	return got + crawl_class(s, w, &s->cls[KV_HUGE], budget);
 }
 
 /* Under the class lock: empty page @p (its free chunks leave the free list, its items are

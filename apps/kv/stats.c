@@ -159,7 +159,7 @@ static void stats_memory(struct kv_proto *p, struct sbuf *b, const struct kv_sto
 		"slab_reassign_busy_items", "slab_reassign_busy_deletes", "slab_reassign_running",
 	};
 	static const char *const log_zero[] = {
-		"lru_crawler_running", "lru_crawler_starts", "lru_maintainer_juggles",
+		"lru_maintainer_juggles",
 		"malloc_fails", "log_worker_dropped", "log_worker_written", "log_watcher_skipped",
 		"log_watcher_sent", "log_watchers", "unexpected_napi_ids", "round_robin_fallback",
 	};
@@ -176,6 +176,8 @@ static void stats_memory(struct kv_proto *p, struct sbuf *b, const struct kv_sto
 	for (size_t i = 0; i < sizeof(slab_zero) / sizeof(slab_zero[0]); i++)
 		U(slab_zero[i], 0);
 	U("slabs_moved", s->slabs_moved);
+	U("lru_crawler_running", 0);
+	U("lru_crawler_starts", s->crawler_starts);
 	for (size_t i = 0; i < sizeof(log_zero) / sizeof(log_zero[0]); i++)
 		U(log_zero[i], 0);
 }
@@ -197,7 +199,9 @@ static void stats_items_totals(struct sbuf *b, const struct kv_store_stats *s)
 	U(zero[0], 0);
 	U("evictions", s->evictions);
 	U("reclaimed", s->reclaimed);
-	for (size_t i = 1; i < sizeof(zero) / sizeof(zero[0]); i++)
+	U("crawler_reclaimed", s->crawler_reclaimed);
+	U("crawler_items_checked", s->crawler_checked);
+	for (size_t i = 3; i < sizeof(zero) / sizeof(zero[0]); i++)
 		U(zero[i], 0);
 }
 
@@ -229,7 +233,7 @@ static void stats_settings(struct kv_proto *p, struct sbuf *b)
 		{ "maxconns_fast", "yes" }, { "hashpower_init", NULL }, { "slab_reassign", "yes" },
 		{ "slab_automove", NULL }, { "slab_automove_ratio", "0.80" },
 		{ "slab_automove_window", "30" }, { "slab_chunk_max", "524288" },
-		{ "lru_crawler", "no" }, { "lru_crawler_sleep", "100" },
+		{ "lru_crawler", "yes" }, { "lru_crawler_sleep", "100" },
 		{ "lru_crawler_tocrawl", "0" }, { "tail_repair_time", "0" },
 		{ "flush_enabled", NULL }, { "dump_enabled", "yes" },
 		{ "hash_algorithm", "murmur3" }, { "lru_maintainer_thread", "no" },

@@ -167,9 +167,11 @@ struct kv_class {
 	uint32_t first_page, npages, empty;  /* pages, those with no chunk in use */
 	uint32_t reserve;                    /* free chunks kept ahead by early eviction */
 	uint32_t hand_page, hand_chunk;      /* CLOCK hand */
+	uint32_t crawl_page, crawl_chunk;    /* the expiry crawler's own hand */
 	uint64_t used, linked, requested;    /* chunks in use, items linked, their bytes */
 	uint64_t evicted, evicted_nonzero, evicted_unfetched, evicted_time, reclaimed,
 		 expired_unfetched, outofmemory;
+	uint64_t crawler_reclaimed, crawler_checked;
 } fp_aligned_cache;
 
 struct kv_store {
@@ -200,6 +202,7 @@ struct kv_store {
 					      * cache_memlimit (the arena never grows) */
 	uint32_t huge_cursor;                /* next window to empty for a page run */
 	_Atomic uint64_t slabs_moved;        /* pages emptied for another class */
+	_Atomic uint64_t crawler_starts;     /* expiry crawler passes */
 	struct kv_lock orphan_lock;
 	_Atomic bool have_orphans;
 	struct kv_item *orphans;             /* limbo left by workers that went offline */

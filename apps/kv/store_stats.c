@@ -66,6 +66,7 @@ void kv_store_stats_reset(struct kv_store *s)
 		kv_lock(&c->lock);
 		c->evicted = c->evicted_nonzero = c->evicted_unfetched = c->evicted_time = 0;
 		c->reclaimed = c->expired_unfetched = c->outofmemory = 0;
+		c->crawler_reclaimed = c->crawler_checked = 0;
 		kv_unlock(&c->lock);
 	}
 	for (unsigned k = 0; k < KV_WS_N; k++)
@@ -109,6 +110,8 @@ void kv_store_stats(const struct kv_store *s, struct kv_store_stats *o)
 		kv_lock(&c->lock);
 		o->evictions += c->evicted;
 		o->reclaimed += c->reclaimed;
+		o->crawler_reclaimed += c->crawler_reclaimed;
+		o->crawler_checked += c->crawler_checked;
 		o->expired_unfetched += c->expired_unfetched;
 		o->evicted_unfetched += c->evicted_unfetched;
 		kv_unlock(&c->lock);
@@ -128,6 +131,7 @@ void kv_store_stats(const struct kv_store *s, struct kv_store_stats *o)
 	o->hash_power_level = s->hashpower;
 	o->hash_bytes = (s->mask + 1) * sizeof(*s->table);
 	o->slabs_moved = atomic_load_explicit(&s->slabs_moved, memory_order_relaxed);
+	o->crawler_starts = atomic_load_explicit(&s->crawler_starts, memory_order_relaxed);
 	o->total_malloced = pages_malloced(s);
 }
 
@@ -201,8 +205,8 @@ static uint64_t class_age(const struct kv_store *s, struct kv_class *c)
 	return 0;
 }
 
-/* memcached's stats items: one LRU here, so everything is "cold"; the segmented-LRU and
- * crawler figures are 0. */
+/* memcached's stats items: one LRU here, so everything is "cold"; the segmented-LRU
+ * figures are 0. */
 void kv_store_stats_items(const struct kv_store *s, kv_emit_fn emit, void *arg)
 {
 	static const char *const names[] = { "number", "number_hot", "number_warm",
@@ -232,6 +236,8 @@ void kv_store_stats_items(const struct kv_store *s, kv_emit_fn emit, void *arg)
 		v[13] = c->reclaimed;
 		v[14] = c->expired_unfetched;
 		v[15] = c->evicted_unfetched;
+		v[17] = c->crawler_reclaimed;
+		v[18] = c->crawler_checked;
 		kv_unlock(&c->lock);
 		emit_row(emit, arg, "items:", id, names, v, FP_ARRAY_SIZE(names));
 	}

@@ -641,6 +641,47 @@ static void test_evict_reclaims_expired(void **state)
 	kv_store_destroy(s);
 }
 
+/* Issue 16, item 17: the expiry crawler frees expired items' chunks before the class
+ * grows, and touches nothing live: ten 66,560-byte values with a 2 s TTL, then ten more
+ * after they expired, stay in the first page (memcached: total_malloced unchanged). */
+static void test_crawler_reuses_expired(void **state)
+{
+	struct kv_store *s = mk_store(64 * MiB, MiB, true, true, 1);
+	static uint8_t v[66560];
+	char k[32];
+	(void)state;
+
+	memset(v, 'v', sizeof(v));
+	for (unsigned i = 0; i < 10; i++) {
+		fill_key(k, sizeof(k), "old", i);
+		assert_int_equal(put(s, 0, k, v, sizeof(v), 0, kv_realtime(s, 2), KV_SET, 0, NULL), KV_STORED);
+	}
+	fill_key(k, sizeof(k), "keep", 0);
+	assert_int_equal(put(s, 0, k, v, sizeof(v), 0, 0, KV_SET, 0, NULL), KV_STORED);
+	uint64_t before = stats(s).total_malloced;
+
+	assert_int_equal(kv_store_crawl(s, 0, 1000), 0);     /* nothing has expired yet */
+	kv_store_set_clock(s, 1004, START_UNIX);
+	assert_int_equal(kv_store_crawl(s, 0, 1000), 10);
+	kv_store_quiesce(s, 0);                               /* their chunks leave limbo */
+	assert_int_equal(kv_store_crawl(s, 0, 1000), 0);     /* each is reclaimed once */
+	for (unsigned i = 0; i < 10; i++) {
+		fill_key(k, sizeof(k), "new", i);
+		assert_int_equal(put(s, 0, k, v, sizeof(v), 0, 0, KV_SET, 0, NULL), KV_STORED);
+		kv_store_quiesce(s, 0);
+	}
+	struct kv_store_stats st = stats(s);
+	assert_int_equal(st.total_malloced, before);
+	assert_int_equal(st.reclaimed, 10);
+	assert_int_equal(st.crawler_reclaimed, 10);
+	assert_true(st.crawler_checked >= 11);
+	assert_int_equal(st.evictions, 0);
+	assert_true(present(s, "keep", 0));
+	for (unsigned i = 0; i < 10; i++)
+		assert_true(present(s, "new", i));
+	kv_store_destroy(s);
+}
+
 /* Classes compete for pages: sizes from 100 bytes to 900 KB in a 3 MiB arena. Every set
  * succeeds (pages move between classes) and the arena stays at 3 pages. */
 static void test_evict_across_classes(void **state)
@@ -1093,6 +1134,7 @@ int main(void)
 		cmocka_unit_test(test_stats_lines),
 		cmocka_unit_test(test_evict_recent_survive),
 		cmocka_unit_test(test_evict_reclaims_expired),
+		cmocka_unit_test(test_crawler_reuses_expired),
 		cmocka_unit_test(test_evict_across_classes),
 		cmocka_unit_test(test_evict_huge),
 		cmocka_unit_test(test_no_evict),

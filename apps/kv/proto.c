@@ -335,15 +335,45 @@ static bool get_prescan(struct kv_conn *c, const char *line, size_t len, size_t 
 	return false;
 }
 
+enum get_res { GET_DONE, GET_BLOCKED, GET_BAD_KEY };
+
+/*
+ * The keys of line[@off0, @len): each one's VALUE (with its cas for gets), then END when
+ * @end. BLOCKED when stopped for room: the same bytes come again and it resumes at the key
+ * it stopped at (c->get_resume), so no lookup is repeated. BAD_KEY: a key over 250 bytes,
+ * answered with CLIENT_ERROR instead (get_prescan).
+ */
+static enum get_res get_keys(struct kv_conn *c, const char *line, size_t len, size_t off0,
+			     bool cas, bool touch, uint32_t exp, bool end)
+{
+	struct kv_item_view v;
+	size_t off = c->get_resume ? c->get_resume - 1 : off0, nk, at;
+	const char *k;
+
+	if (!c->get_resume && !get_prescan(c, line, len, off, touch, exp))
+		return GET_BAD_KEY;
+	/* Room for the largest value is checked before each lookup, so a lookup (with its
+	 * side effects: touch, LRU, stats) is never repeated when the output is full. */
+	for (at = off; next_key(line, len, &off, &k, &nk); at = off) {
+		if (kv_out_room(c) < kv_value_reserve(c)) {
+			c->get_resume = at + 1;
+			return GET_BLOCKED;
+		}
+		if (get_lookup(c, k, nk, touch, exp, &v))
+			get_emit(c, &v, cas);
+	}
+	c->get_resume = 0;
+	if (end)
+		kv_out_str(c, "END");
+	return GET_DONE;
+}
+
 /* get, gets, gat, gats (and bget): false when stopped for room (the line stays). */
 static bool cmd_get(struct kv_conn *c, const char *line, size_t len, struct kv_tok *t, bool cas,
 		    bool touch)
 {
-	struct kv_item_view v;
 	uint32_t exp = 0;
 	int32_t e;
-	size_t off = c->get_resume, nk, at;
-	const char *k;
 
 	if (touch) {
 		if (!kv_strtol(t[1].p, t[1].len, &e)) {
@@ -352,24 +382,8 @@ static bool cmd_get(struct kv_conn *c, const char *line, size_t len, struct kv_t
 		}
 		exp = kv_exptime(c, e);
 	}
-	if (!off) {
-		off = (size_t)((touch ? t[1].p + t[1].len : t[0].p + t[0].len) - line);
-		if (!get_prescan(c, line, len, off, touch, exp))
-			return true;
-	}
-	/* Room for the largest value is checked before each lookup, so a lookup (with its
-	 * side effects: touch, LRU, stats) is never repeated when the output is full. */
-	for (at = off; next_key(line, len, &off, &k, &nk); at = off) {
-		if (kv_out_room(c) < kv_value_reserve(c)) {
-			c->get_resume = at;
-			return false;
-		}
-		if (get_lookup(c, k, nk, touch, exp, &v))
-			get_emit(c, &v, cas);
-	}
-	c->get_resume = 0;
-	kv_out_str(c, "END");
-	return true;
+	return get_keys(c, line, len, (size_t)((touch ? t[1].p + t[1].len : t[0].p + t[0].len) - line),
+			cas, touch, exp, true) != GET_BLOCKED;
 }
 
 /* ---- storage commands ---- */
@@ -634,16 +648,127 @@ static bool process_line(struct kv_conn *c, const char *line, size_t len)
 
 /* ---- feeding a connection (framing a line: text.c) ---- */
 
+/* The end of the last whole key in d[@from, @len): the last space; 0 if none. */
+static size_t last_space(const uint8_t *d, size_t from, size_t len)
+{
+	while (len > from && d[len - 1] != ' ')
+		len--;
+	return len > from ? len - 1 : 0;
+}
+
+static size_t get_split_close(struct kv_conn *c)
+{
+	c->p->ws[c->w].conn_closed_bad++;     /* one key longer than KV_GET_LINE_MAX */
+	kv_out_cull(c);
+	c->closing = true;
+	c->mget = 0;
+	return 0;
+}
+
+/* A piece of a get line served: go on with the next piece, or (a key over 250 bytes was
+ * answered with CLIENT_ERROR) drop the rest of the line. */
+static size_t get_piece_done(struct kv_conn *c, enum get_res r, size_t used)
+{
+	if (r == GET_BLOCKED) {
+		c->blocked = true;
+		return 0;
+	}
+	if (r == GET_BAD_KEY)
+		c->mget = KV_MGET_SKIP;
+	return used;
+}
+
+/*
+ * A get or gets line longer than KV_GET_LINE_MAX (memcached grows its read buffer for
+ * these without bound): serve the whole keys that have come and consume them; the rest
+ * of the line comes to feed_get_more() as more keys of the same command. A key over 250
+ * bytes in a later piece can no longer withdraw the answers sent for earlier ones (as
+ * memcached, which sees the whole line, does): that piece is answered CLIENT_ERROR and
+ * the rest of the line is dropped.
+ */
+static size_t feed_get_split(struct kv_conn *c, const uint8_t *d, size_t len)
+{
+	size_t i = 0, cut;
+	enum get_res r;
+	bool cas;
+
+	while (i < len && d[i] == ' ')
+		i++;
+	cas = d[i + 3] == 's';                /* frame_line let only "get " and "gets " here */
+	i += cas ? 5 : 4;
+	cut = last_space(d, i, len);
+	if (!cut)
+		return get_split_close(c);
+	if (!c->get_resume)
+		c->ncmds++;
+	c->noreply = false;                   /* a get answers, whatever came before */
+	r = get_keys(c, (const char *)d, cut, i, cas, false, 0, false);
+	if (r != GET_BLOCKED) {               /* shown again if blocked: still the first piece */
+		c->scanned = 0;
+		c->mget = cas ? KV_MGET_GETS : KV_MGET_GET;
+	}
+	return get_piece_done(c, r, cut);
+}
+
+/* The rest of a get line served in pieces: more whole keys, or the last ones and END. */
+static size_t feed_get_more(struct kv_conn *c, const uint8_t *d, size_t len)
+{
+	size_t win = len < KV_GET_LINE_MAX ? len : KV_GET_LINE_MAX, n, cut;
+	const uint8_t *nl = memchr(d, '\n', win), *nul;
+	bool cas = c->mget == KV_MGET_GETS;
+	enum get_res r;
+
+	if (c->mget == KV_MGET_SKIP) {
+		if (!nl)
+			return len;
+		c->mget = 0;
+		return (size_t)(nl - d) + 1;
+	}
+	if (kv_out_room(c) < KV_RESP_RESERVE) {
+		c->blocked = true;
+		return 0;
+	}
+	c->noreply = false;
+	if (nl) {
+		n = (size_t)(nl - d);
+		if (n && d[n - 1] == '\r')
+			n--;
+		if ((nul = memchr(d, '\0', n)))
+			n = (size_t)(nul - d);
+		r = get_keys(c, (const char *)d, n, 0, cas, false, 0, true);
+		if (r == GET_BLOCKED) {
+			c->blocked = true;
+			return 0;
+		}
+		c->mget = 0;
+		return (size_t)(nl - d) + 1;
+	}
+	if (len < KV_GET_LINE_MAX)
+		return 0;                     /* more of the line to come */
+	cut = last_space(d, 0, len);
+	if (!cut)
+		return get_split_close(c);
+	return get_piece_done(c, get_keys(c, (const char *)d, cut, 0, cas, false, 0, false), cut);
+}
+
 /* KV_ST_LINE: returns bytes consumed (0: need more, or blocked/closing). */
 static size_t feed_line(struct kv_conn *c, const uint8_t *d, size_t len)
 {
 	size_t eol, n;
 	const uint8_t *nul;
 
+	if (c->mget)
+		return feed_get_more(c, d, len);
 	switch (frame_line(d, len, c->scanned, &eol, c->p->set.split_stable)) {
 	case KV_FRAME_NEED_MORE:
 		c->scanned = len;
 		return 0;
+	case KV_FRAME_GET_SPLIT:
+		if (kv_out_room(c) < KV_RESP_RESERVE) {
+			c->blocked = true;
+			return 0;
+		}
+		return feed_get_split(c, d, len);
 	case KV_FRAME_CLOSE:
 		c->p->ws[c->w].conn_closed_bad++;
 		kv_out_cull(c);

@@ -24,7 +24,10 @@
  * Framing follows memcached's read loop (memcached.c, try_read_command_ascii): a request
  * line ends at '\n' (one '\r' before it is dropped) and stops at a NUL byte; a request
  * whose line shows no '\n' within KV_LINE_MAX bytes closes the connection, except a
- * get/gets, whose line may grow to KV_GET_LINE_MAX. Like memcached's, that decision is
+ * get/gets, whose line may grow without bound as memcached's does: past KV_GET_LINE_MAX
+ * it is served in pieces, the whole keys that have come, then the rest as it comes, END
+ * at the line's end (a key longer than KV_GET_LINE_MAX still closes the connection).
+ * Like memcached's, the decision to close is
  * taken on the bytes available when it is fed (memcached: one read), so a line between
  * KV_LINE_MAX and KV_RBUF_SIZE bytes is served when it arrives whole.
  */
@@ -32,7 +35,8 @@
 #define KV_LINE_MAX      2048              /* memcached: no '\n' in 2 KiB read: close */
 #define KV_RBUF_SIZE     16384             /* memcached's read buffer: a line must show
 					    * its '\n' within this many bytes */
-#define KV_GET_LINE_MAX  (1u << 20)        /* a multiget line (memcached: unbounded) */
+#define KV_GET_LINE_MAX  (1u << 20)        /* a multiget line held whole; longer ones
+					    * are served in pieces (memcached: unbounded) */
 #define KV_RESP_RESERVE  2048              /* output room any one-line answer fits in */
 #define KV_VERSION       "1.6.18"          /* what version and stats report */
 
@@ -135,7 +139,9 @@ bool kv_strtoul(const char *s, size_t n, uint32_t *out);
 bool kv_strtol(const char *s, size_t n, int32_t *out);
 
 /* Framing a request line (text.c): ready ('\n' found), need more bytes, or close. */
-enum kv_frame { KV_FRAME_READY, KV_FRAME_NEED_MORE, KV_FRAME_CLOSE };
+/* READY: a whole line; NEED_MORE; CLOSE: no '\n' where one must be; GET_SPLIT: a get or
+ * gets line longer than KV_GET_LINE_MAX, to be served in pieces (proto.c). */
+enum kv_frame { KV_FRAME_READY, KV_FRAME_NEED_MORE, KV_FRAME_CLOSE, KV_FRAME_GET_SPLIT };
 /* Where the line at @d ends ('\n' at *@eol), or what to do without one; d[0, @from) is
  * known to hold no '\n'. @stable: frame as if the bytes came in one read (split_stable). */
 enum kv_frame frame_line(const uint8_t *d, size_t len, size_t from, size_t *eol, bool stable);
@@ -146,6 +152,7 @@ size_t kv_b64_encode(const uint8_t *src, size_t len, char *out, size_t outlen);
 
 /* The connection as meta.c and stats.c see it. */
 enum kv_cstate { KV_ST_LINE, KV_ST_DATA, KV_ST_SWALLOW };
+enum kv_mget { KV_MGET_NONE = 0, KV_MGET_GET, KV_MGET_GETS, KV_MGET_SKIP };
 
 #define KV_REQS_PER_EVENT 20    /* memcached's reqs_per_event: answers leave in batches */
 
@@ -193,8 +200,9 @@ struct kv_conn {
 	uint8_t ms_nkey;
 	/* KV_ST_SWALLOW */
 	uint64_t swallow;
-	/* a multiget stopped for room: where its next key starts in the line */
+	/* a multiget stopped for room: where its next key starts in the line, plus one */
 	size_t get_resume;
+	uint8_t mget;                /* a get line served in pieces goes on (enum kv_mget) */
 	size_t scanned;              /* bytes of the pending line known to hold no '\n' */
 	unsigned reqs;               /* commands since the last flush point */
 	uint64_t ncmds;              /* request lines processed, all told (the runtime's

@@ -165,7 +165,7 @@ enum kv_frame frame_line(const uint8_t *d, size_t len, size_t from, size_t *eol,
 			return KV_FRAME_CLOSE;
 		nl = find_nl(d, from > win ? from : win, len < KV_GET_LINE_MAX ? len : KV_GET_LINE_MAX);
 		if (nl < 0 && len >= KV_GET_LINE_MAX)
-			return KV_FRAME_CLOSE;
+			return KV_FRAME_GET_SPLIT;
 	}
 	if (nl < 0)
 		return KV_FRAME_NEED_MORE;

@@ -560,6 +560,48 @@ VALUE_SIZE = 4000
 SLACK_KIB = 4 * 1024
 
 
+def huge_multiget(srv, nkeys, verb, tail=b""):
+    """Every 97th of @nkeys 200-byte keys stored, then one @verb line of all of them (over
+    1 MiB): the whole answer, and whether the connection still answers."""
+    c = Conn(srv.host, srv.port)
+    try:
+        keys = [b"k%06d" % i + b"x" * 193 for i in range(nkeys)]
+        for i in range(0, nkeys, 97):
+            assert c.store(b"set", keys[i], b"v%04d" % i) == b"STORED"
+        c.s.sendall(verb + b" " + b" ".join(keys) + tail + b"\r\n")
+        out = []
+        while True:
+            ln = c.line()
+            out.append(ln)
+            if ln == b"END" or ln.startswith(b"CLIENT_ERROR"):
+                break
+            if ln.startswith(b"VALUE"):
+                out.append(c.exact(int(ln.split()[3]) + 2))
+        return out, c.cmd(b"version")
+    finally:
+        c.close()
+
+
+def test_multiget_over_a_mebibyte(fpkv, memcached):
+    """Issue 16, item 18: a get or gets line over 1 MiB (5,472 and 11,000 keys of 200 B:
+    1.1 and 2.2 MB) is answered as memcached answers it, byte for byte; before, fp-kv
+    closed the connection without a word. A key over 250 bytes after the first MiB gets
+    CLIENT_ERROR (memcached withdraws the whole answer; fp-kv has sent the first pieces)
+    and the connection goes on."""
+    cases = [(5472, b"get"), (11000, b"gets")]
+    with Started(memcached_cmd(memcached), ["-t", "1"]) as srv:
+        want = [huge_multiget(srv, n, v) for n, v in cases]
+    with Started(fpkv_kernel(fpkv), ["-t", "1"]) as srv:
+        got = [huge_multiget(srv, n, v) for n, v in cases]
+        bad, after = huge_multiget(srv, 6000, b"get", b" " + b"b" * 300 + b" tail")
+    for (w, wv), (g, gv), (n, v) in zip(want, got, cases):
+        assert wv.startswith(b"VERSION") and gv == wv
+        assert len(g) == len(w) and g == w, f"{v.decode()} of {n} keys differs from memcached"
+        assert sum(1 for x in g if x.startswith(b"VALUE")) == len(range(0, n, 97))
+    assert bad[-1] == b"CLIENT_ERROR bad command line format"
+    assert after.startswith(b"VERSION")
+
+
 def expiry_reuse(srv):
     """Ten 66,560-byte values that expire in 2 s, 4 s of waiting, ten more that do not:
     total_malloced before and after, and what stats says was reclaimed."""

@@ -763,9 +763,61 @@ static int group_setup(void **state)
 	return 0;
 }
 
+/* Issue 16, item 18: a get line over KV_GET_LINE_MAX (7,000 keys of 200 bytes, 1.4 MB) is
+ * answered whole, in order, however it is cut and however little output room there is
+ * at a time; END once, at the end; then the connection goes on. The sets before it are
+ * noreply: the get must answer all the same (a bug this test found). */
+static void test_huge_multiget(void **state)
+{
+	enum { NK = 7000, KLEN = 200 };
+	static char line[NK * (KLEN + 1) + 16], want[NK / 7 * (KLEN + 40) + 64];
+	size_t ll = 0, wl = 0;
+	struct feeder f = { 0 };
+	struct srv v;
+	char key[KLEN + 1];
+	(void)state;
+
+	srv_open(&v, 4096, 64u << 20, true, true);
+	ll += (size_t)sprintf(line, "get");
+	for (unsigned i = 0; i < NK; i++) {
+		snprintf(key, sizeof(key), "k%06u%0193u", i, 0);
+		ll += (size_t)sprintf(line + ll, " %s", key);
+		if (i % 7 == 0) {
+			char set[KLEN + 64];
+			int n = snprintf(set, sizeof(set), "set %s 0 0 5 noreply\r\nv%04u\r\n", key, i % 10000);
+			feeder_push(&v, &f, (const uint8_t *)set, (size_t)n);
+			wl += (size_t)sprintf(want + wl, "VALUE %s 0 5\r\nv%04u\r\n", key, i % 10000);
+		}
+	}
+	ll += (size_t)sprintf(line + ll, "\r\nversion\r\n");
+	wl += (size_t)sprintf(want + wl, "END\r\nVERSION 1.6.18\r\n");
+	assert_true(ll > KV_GET_LINE_MAX + 100000);
+	v.olen = 0;
+	for (size_t pos = 0; pos < ll;) {
+		size_t n = 1 + (size_t)fp_test_below(&seed_state, 65536);
+
+		if (n > ll - pos)
+			n = ll - pos;
+		v.room = 20000 + (size_t)fp_test_below(&seed_state, 20000);  /* a few values */
+		feeder_push(&v, &f, (const uint8_t *)line + pos, n);
+		pos += n;
+	}
+	for (int i = 0; i < 100000 && f.len; i++) {     /* the output drains: shown again */
+		v.room = 20000;
+		feeder_push(&v, &f, NULL, 0);
+	}
+	assert_false(kv_conn_closing(v.c));
+	assert_int_equal(f.len, 0);
+	assert_int_equal(v.olen, wl);
+	assert_memory_equal(v.out, want, wl);
+	free(f.buf);
+	srv_close(&v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_huge_multiget),
 		cmocka_unit_test(test_numbers),
 		cmocka_unit_test(test_tokenize),
 		cmocka_unit_test(test_base64),

@@ -74,53 +74,24 @@ static double num(const char *opt, const char *v, double lo, double hi)
 	return x;
 }
 
-static int set_cost(struct vs_costs *k, const char *spec, const char *where)
-{
-	const char *eq = strchr(spec, '=');
-
-	if (!eq)
-		die("%s: '%s' is not NAME=NS", where, spec);
-	for (unsigned i = 0; i < vs_n_cost_names; i++) {
-		const struct vs_cost_name *c = &vs_cost_names[i];
-
-		if (strlen(c->name) == (size_t)(eq - spec) && !strncmp(c->name, spec, eq - spec)) {
-			char *end;
-			double x = strtod(eq + 1, &end);
-
-			if (end == eq + 1 || *end || !isfinite(x) || x < 0 || x > 1e9)
-				die("%s: %s: '%s' is not a number of ns in [0, 1e9]", where, c->name,
-				    eq + 1);
-			*(double *)((char *)k + c->off) = x;
-			return 0;
-		}
-	}
-	die("%s: no cost named '%.*s' (--list-costs)", where, (int)(eq - spec), spec);
-	return -1;
-}
-
 static void read_costs(struct vs_costs *k, const char *path)
 {
 	FILE *f = fopen(path, "r");
-	char line[256];
-	unsigned ln = 0;
+	char *text = NULL, err[300];
+	size_t cap = 0, len = 0, n;
 
 	if (!f)
 		die("--costs: cannot open %s: %s", path, strerror(errno));
-	while (fgets(line, sizeof(line), f)) {
-		char *p = line, *e, where[300];
-
-		ln++;
-		p[strcspn(p, "#\r\n")] = 0;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		for (e = p + strlen(p); e > p && (e[-1] == ' ' || e[-1] == '\t'); e--)
-			*--e = 0, e++;
-		if (!*p)
-			continue;
-		snprintf(where, sizeof(where), "%s:%u", path, ln);
-		set_cost(k, p, where);
-	}
+	do {
+		if (len + 4096 > cap && !(text = realloc(text, cap = 2 * cap + 4096)))
+			die("--costs: out of memory reading %s", path);
+		n = fread(text + len, 1, cap - len, f);
+		len += n;
+	} while (n && len < (16u << 20));
 	fclose(f);
+	if (vs_costs_parse(k, text, len, err, sizeof(err)))
+		die("%s:%s", path, err + 5);   /* "line N: ..." as path:N: ... */
+	free(text);
 }
 
 static void parse_cores(struct vs_config *c, const char *v)
@@ -201,7 +172,7 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 			(unsigned long long)r->gen_late_count);
 		for (unsigned i = 0; i < vs_n_cost_names; i++)
 			fprintf(o->f, "%s\"%s\": %.4g", i ? ", " : "", vs_cost_names[i].name,
-				*(const double *)((const char *)&r->measured + vs_cost_names[i].off));
+				*(const double *)(const void *)((const char *)&r->measured + vs_cost_names[i].off));
 		fputc('}', o->f);
 	}
 	fputc('}', o->f);
@@ -238,7 +209,7 @@ static void print_header(struct out *o, const struct vs_config *c, int argc, cha
 		(unsigned long long)c->seed, c->slo_mult);
 	for (unsigned i = 0; i < vs_n_cost_names; i++)
 		fprintf(o->f, "%s\"%s\": %g", i ? ", " : "", vs_cost_names[i].name,
-			*(const double *)((const char *)&c->costs + vs_cost_names[i].off));
+			*(const double *)(const void *)((const char *)&c->costs + vs_cost_names[i].off));
 	fprintf(o->f, "}},\n \"points\": [");
 }
 
@@ -285,7 +256,7 @@ static void write_calibration(const char *path, const struct vs_config *c,
 	fprintf(f, "# mean time of each kind of step (ns)%s\n", c->notify == VS_NOTIFY_IPI ? "" :
 		"; kick_ns and ipi_* need --notify ipi to be measured");
 	for (unsigned i = 0; i < vs_n_cost_names; i++) {
-		double v = *(const double *)((const char *)&r->measured + vs_cost_names[i].off);
+		double v = *(const double *)(const void *)((const char *)&r->measured + vs_cost_names[i].off);
 
 		if ((strncmp(vs_cost_names[i].name, "ipi", 3) && strcmp(vs_cost_names[i].name, "kick_ns")) ||
 		    c->notify == VS_NOTIFY_IPI)
@@ -366,7 +337,13 @@ int main(int argc, char **argv)
 		case O_FLOWS: c.flows = (uint32_t)num("flows", optarg, 1, 1 << 24); break;
 		case O_BATCH: c.batch = (unsigned)num("batch", optarg, 1, 1024); break;
 		case O_SEED: c.seed = (uint64_t)num("seed", optarg, 0, 1e15); break;
-		case O_COST: set_cost(&c.costs, optarg, "--cost"); break;
+		case O_COST: {
+			char err[200];
+
+			if (vs_cost_set(&c.costs, optarg, strlen(optarg), err, sizeof(err)))
+				die("--cost: %s", err);
+			break;
+		}
 		case O_COSTS: read_costs(&c.costs, optarg); break;
 		case O_LIST:
 			for (unsigned i = 0; i < vs_n_cost_names; i++)

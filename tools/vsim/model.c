@@ -573,7 +573,7 @@ void vs_collect(struct vs_run *r, struct vs_result *o)
 			[VS_K_KICK] = offsetof(struct vs_costs, kick_ns),
 		};
 		for (unsigned k = 0; k < VS_K_N; k++)
-			*(double *)((char *)&o->measured + off[k]) =
+			*(double *)(void *)((char *)&o->measured + off[k]) =
 				cnt[k] ? (double)sp[k] / (double)cnt[k] : 0;
 	}
 }

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <flowplane/hist.h>
@@ -156,6 +157,12 @@ struct vs_result {
 	struct vs_costs measured;    /* real world only */
 	uint64_t duration_ns;
 };
+
+/* costs.c: NAME=NS lines ('#' starts a comment, blank lines skipped) into @k, from
+ * @text of @len bytes (not NUL-terminated). 0, or -EINVAL with "line N: what" in @err. */
+int vs_costs_parse(struct vs_costs *k, const char *text, size_t len, char *err, size_t errlen);
+/* One NAME=NS; 0 or -EINVAL with what in @err. */
+int vs_cost_set(struct vs_costs *k, const char *spec, size_t len, char *err, size_t errlen);
 
 /* model.c */
 unsigned vs_home_of(const struct vs_run *r, uint32_t flow);

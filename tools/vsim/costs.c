@@ -22,6 +22,12 @@ int vs_cost_set(struct vs_costs *k, const char *spec, size_t len, char *err, siz
 	}
 	nlen = (size_t)(eq - spec);
 	vlen = len - nlen - 1;
+	while (nlen && (spec[nlen - 1] == ' ' || spec[nlen - 1] == '\t'))
+		nlen--;                       /* "name = value" reads as well */
+	while (vlen && (eq[1] == ' ' || eq[1] == '\t')) {
+		eq++;
+		vlen--;
+	}
 	for (unsigned i = 0; i < vs_n_cost_names; i++) {
 		const struct vs_cost_name *c = &vs_cost_names[i];
 

@@ -114,7 +114,8 @@ unsigned rt_ctx_flush(struct fp_ctx *ctx)
 	if (!n)
 		return 0;
 	for (i = 0; i < n; i++)
-		ctx->tops->exec(ctx, &ctx->calls[i]);
+		if (!ctx->run->sh || !rt_steal_exec_close(ctx, &ctx->calls[i]))
+			ctx->tops->exec(ctx, &ctx->calls[i]);
 	ctx->stats->calls += n;
 	if (ctx->n_rets) {
 		/* Returns not yet handed up (a timer's calls after a round's): append. */
@@ -137,6 +138,11 @@ unsigned rt_ctx_flush(struct fp_ctx *ctx)
 }
 
 unsigned rt_ctx_round(struct fp_ctx *ctx)
+{
+	return ctx->run->sh ? rt_steal_round(ctx) : rt_ctx_round_plain(ctx);
+}
+
+unsigned rt_ctx_round_plain(struct fp_ctx *ctx)
 {
 	const struct fp_app *app = ctx->run->app;
 	unsigned n_rets = ctx->n_rets;

@@ -9,6 +9,7 @@
 #include <flowplane/clock.h>
 #include <flowplane/rt.h>
 #include <flowplane/rt_stats.h>
+#include <flowplane/shuffle.h>
 #include <flowplane/timer.h>
 
 /*
@@ -47,6 +48,11 @@ struct rt_run {
 	atomic_uint n_zerocopy;       /* xdp queues bound zero-copy / in native mode */
 	atomic_uint n_native;
 	atomic_uint n_uring;          /* kernel workers whose engine is io_uring */
+	/* --sched steal (steal.c): the shuffle layer and each worker's flows; NULL when
+	 * partitioned */
+	struct fp_shuf *sh;
+	struct rt_steal_wk *swk;
+	uint32_t steal_max_flows;     /* flows a worker may have under the scheduler */
 };
 
 struct fp_ctx {
@@ -70,6 +76,17 @@ struct fp_ctx {
 					    * segment), never NULL */
 	struct fp_rt_worker_stats stats_local;
 };
+
+/* steal.c: ZygOS's scheduler over the shuffle layer (--sched steal). */
+int rt_steal_setup(struct rt_run *run);
+void rt_steal_teardown(struct rt_run *run);
+unsigned rt_steal_round(struct fp_ctx *ctx);
+bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c);
+void rt_steal_counts(const struct rt_run *run, unsigned worker, uint64_t *stolen_runs,
+		     uint64_t *local_runs, uint64_t *remote_calls);
+/* The round without the scheduler (api.c): handler on the conditions and returns, then
+ * the calls. */
+unsigned rt_ctx_round_plain(struct fp_ctx *ctx);
 
 /* Set up / tear down @ctx's arrays and timers; 0 or -ENOMEM. */
 int rt_ctx_init(struct fp_ctx *ctx, struct rt_run *run, unsigned worker,

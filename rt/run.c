@@ -49,6 +49,10 @@ const char fp_rt_options_help[] =
 	"  --queue-base Q        xdp: worker i owns queue Q+i (default 0)\n"
 	"  --batch B             frames per stack pass, 1..1024 (default 64)\n"
 	"  --idle poll|sleep     when idle: keep polling, or spin then sleep (default)\n"
+	"  --sched part|steal    a flow's events run on its own worker only (part, IX's,\n"
+	"                        the default) or on any idle worker (steal, ZygOS's; its\n"
+	"                        workers poll; for steal-safe applications, e.g. fp-echo\n"
+	"                        spin --native)\n"
 	"  --spin-us US          sleep policy: spin this long before sleeping (200)\n"
 	"  --xdp-mode MODE       auto, native or skb (default auto)\n"
 	"  --xdp-copy yes|no     xdp: force copy mode\n"
@@ -66,7 +70,7 @@ const char fp_rt_options_help[] =
 
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "if", "ip", "gw", "workers", "cores", "queue-base", "batch", "idle",
-	"spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed",
+	"sched", "spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", NULL,
 };
 
@@ -277,6 +281,7 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 {
 	static const char *const nets[] = { "kernel", "xdp", NULL };
 	static const char *const idles[] = { "sleep", "poll", NULL };     /* enum fp_idle */
+	static const char *const scheds[] = { "part", "steal", NULL };    /* enum fp_sched */
 	static const char *const kios[] = { "auto", "uring", "epoll", NULL }; /* fp_kernel_io */
 	static const char *const modes[] = { "auto", "native", "skb", NULL }; /* fp_xdp_mode */
 	int w;
@@ -298,6 +303,12 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		if ((w = opt_word(opt, val, idles, err, errlen)) < 0)
 			return -1;
 		cfg->idle = (enum fp_idle)w;
+		return 1;
+	}
+	if (!strcmp(opt, "sched")) {
+		if ((w = opt_word(opt, val, scheds, err, errlen)) < 0)
+			return -1;
+		cfg->sched = (enum fp_sched)w;
 		return 1;
 	}
 	if (!strcmp(opt, "xdp-mode")) {
@@ -521,6 +532,49 @@ static void cpuset_str(const cpu_set_t *set, char *out, size_t len)
 	}
 }
 
+/* Step "sched": --sched steal sets up the shuffle layer (rt/steal.c). Its workers poll:
+ * one asleep could neither steal nor have its flows stolen until it woke. */
+static int step_sched(struct rt_start *s)
+{
+	int rc;
+
+	if (s->cfg.sched != FP_SCHED_STEAL)
+		return 0;
+	if (!s->run.app->steal_safe)
+		return snprintf(s->err, sizeof(s->err), "--sched steal: %s's handler cannot run "
+				"on another worker's flows (it is not steal-safe); use --sched part",
+				s->run.app->name ? s->run.app->name : "this application"), -EINVAL;
+	s->cfg.idle = FP_IDLE_POLL;
+	if (getenv("FP_RT_STEAL_FORCE"))          /* tests: every batch runs on a thief */
+		s->cfg.steal_force = true;
+	rc = rt_steal_setup(&s->run);
+	if (rc)
+		return snprintf(s->err, sizeof(s->err), "--sched steal: %s", strerror(-rc)), rc;
+	return 0;
+}
+
+/* At the end of a stealing run, one line: what ran where. */
+static void step_sched_down(struct rt_start *s)
+{
+	uint64_t stolen = 0, local = 0, remote = 0;
+
+	if (!s->run.sh)
+		return;
+	for (unsigned i = 0; i < s->cfg.n_workers; i++) {
+		uint64_t a, b, c;
+
+		rt_steal_counts(&s->run, i, &a, &b, &c);
+		stolen += a;
+		local += b;
+		remote += c;
+	}
+	if (!s->cfg.quiet)
+		fprintf(stderr, "flowplane: sched steal: %llu batches ran on their home worker, "
+			"%llu on a thief (%llu calls sent home)\n", (unsigned long long)local,
+			(unsigned long long)stolen, (unsigned long long)remote);
+	rt_steal_teardown(&s->run);
+}
+
 /* Step "cores": every core a worker is pinned to must exist and be ours to use. */
 static int step_cores(struct rt_start *s)
 {
@@ -712,6 +766,7 @@ static const struct rt_step {
 	{ "clock",   step_clock,   NULL },
 	{ "stats",   step_stats,   step_stats_down },
 	{ "wake",    step_wake,    step_wake_down },
+	{ "sched",   step_sched,   step_sched_down },
 	{ "signals", step_signals, step_signals_down },
 	{ "xdp",     step_xdp,     step_xdp_down },
 	{ "workers", step_workers, step_workers_down },
@@ -774,7 +829,9 @@ static void rt_summary(struct rt_start *s)
 		snprintf(stats, sizeof(stats), "stats %s", c->stats_name);
 	else
 		snprintf(stats, sizeof(stats), "stats %ld", (long)getpid());
-	if (c->idle == FP_IDLE_POLL)
+	if (c->sched == FP_SCHED_STEAL)
+		snprintf(idle, sizeof(idle), "sched steal, idle poll");
+	else if (c->idle == FP_IDLE_POLL)
 		snprintf(idle, sizeof(idle), "idle poll");
 	else
 		snprintf(idle, sizeof(idle), "idle sleep after %u us", c->spin_us);

@@ -21,7 +21,7 @@
 enum {
 	OPT_PORT = 'p', OPT_UDP = 'u', OPT_SERVER = 's', OPT_CONNS = 'c', OPT_SIZE = 'z',
 	OPT_ROUNDS = 'r', OPT_DURATION = 'd', OPT_WARMUP = 'w', OPT_COUNT = 'n', OPT_JSON = 'j',
-	OPT_HELP = 'h',
+	OPT_HELP = 'h', OPT_NATIVE = 'N',
 };
 
 static const struct option server_opts[] = {
@@ -33,6 +33,7 @@ static const struct option server_opts[] = {
 
 static const struct option spin_opts[] = {
 	{ "port", required_argument, NULL, OPT_PORT },
+	{ "native", no_argument, NULL, OPT_NATIVE },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -68,10 +69,13 @@ static const char usage_top[] =
 	"             TSC, then its 16-byte header goes back; runs until SIGINT\n";
 
 static const char usage_spin[] =
-	"usage: fp-echo spin [--port P] [runtime options]\n"
+	"usage: fp-echo spin [--port P] [--native] [runtime options]\n"
 	"  --port P              TCP port (default 7); requests as fp-loadgen --proto spin\n"
 	"                        sends them (apps/loadgen/lg.h), served in order per\n"
-	"                        connection, each spinning its service time on the worker\n";
+	"                        connection, each spinning its service time on the worker\n"
+	"  --native              the server on the native API (api.h) instead of the\n"
+	"                        event-callback layer: steal-safe, so --sched steal lets\n"
+	"                        idle workers run other workers' connections (ZygOS)\n";
 
 static const char usage_server[] =
 	"usage: fp-echo server [--port P] [--udp] [runtime options]\n"
@@ -202,6 +206,9 @@ static void take_opt(struct echo_opts *o, int c, const char *val, const char *us
 	case OPT_UDP:
 		o->udp = true;
 		break;
+	case OPT_NATIVE:
+		o->native = true;
+		break;
 	case OPT_SERVER:
 		parse_server(o, val);
 		break;
@@ -286,7 +293,7 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "spin")) {
 		o.mode = ECHO_SPIN;
 		parse(&o, argc - 1, argv + 1, spin_opts, usage_spin);
-		return echo_spin_run(&o);
+		return o.native ? echo_spin_native_run(&o) : echo_spin_run(&o);
 	}
 	if (!strcmp(cmd, "client"))
 		o.mode = ECHO_CLIENT;

@@ -24,6 +24,7 @@ struct echo_opts {
 	/* server, spin */
 	uint16_t port;
 	bool udp;
+	bool native;                    /* spin: the native-API server (steal-safe) */
 	/* client, pingpong */
 	uint32_t server_addr;           /* host order */
 	uint16_t server_port;
@@ -59,3 +60,4 @@ uint64_t echo_now_ns(void);
 int echo_server_run(const struct echo_opts *o);
 int echo_client_run(const struct echo_opts *o);    /* client and pingpong */
 int echo_spin_run(const struct echo_opts *o);      /* fp-loadgen's spin protocol (spin.c) */
+int echo_spin_native_run(const struct echo_opts *o); /* the same on api.h (spin_native.c) */

@@ -116,6 +116,12 @@ struct fp_app {
 	void *arg;
 	const void *layer;          /* a layer's own table (evl.c keeps its fp_evl_ops here,
 				     * since @arg is the application's); NULL otherwise */
+	/* --sched steal: the handler may be given one flow's conditions on any worker
+	 * (rt/steal.c). It promises that, given one flow's conditions, it queues calls
+	 * only for that flow and touches only that flow's state (its cookie), so two
+	 * workers may run it at once for different flows; and that it frees a flow's
+	 * state only once the returns of the CLOSE or ABORT it queued have come back. */
+	bool steal_safe;
 };
 
 /* ---- batched calls: queued now, executed in order when the handler returns ---- */

@@ -40,6 +40,10 @@ enum fp_kernel_io { FP_KERNEL_IO_AUTO = 0, FP_KERNEL_IO_URING, FP_KERNEL_IO_EPOL
 
 enum fp_idle { FP_IDLE_SLEEP = 0, FP_IDLE_POLL };
 
+/* How a flow's conditions find a core: on its home worker only (IX), or on any worker
+ * that is idle (ZygOS: rt/steal.c; the application must be fp_app.steal_safe). */
+enum fp_sched { FP_SCHED_PART = 0, FP_SCHED_STEAL };
+
 #define FP_RT_MAX_WORKERS   64
 #define FP_RT_DEFAULT_BATCH 64
 #define FP_RT_MAX_BATCH     1024
@@ -64,6 +68,9 @@ struct fp_rt_config {
 	unsigned queue_base;             /* xdp: worker i owns queue queue_base + i */
 	unsigned batch;                  /* B: frames per stack pass (default 64) */
 	enum fp_idle idle;
+	enum fp_sched sched;             /* default partitioned; steal implies --idle poll */
+	bool steal_force;                /* tests: a worker never runs its own flows, so
+					  * every batch is stolen */
 	uint32_t spin_us;                /* FP_IDLE_SLEEP: spin this long before sleeping */
 	double rx_drop;                  /* fault injection: drop this fraction of received
 					  * frames before the stack (counted) */

@@ -545,3 +545,68 @@ def test_plot_two_files(root, build_dir, tmp_path, echo_server):
     bad = run([root / ".venv" / "bin" / "python", root / "tools" / "lgplot.py",
                tmp_path / "none.json", "-o", png])
     assert_usage_error(bad, "none.json")
+
+
+# ---- ZygOS's scheduler in the runtime (--sched steal, rt/steal.c) ----
+
+def steal_server(build_dir, port, workers, cores, env=None, sched="steal"):
+    """fp-echo spin --native with several workers stealing each other's connections."""
+    args = [echo_exe(build_dir), "spin", "--native", "--net", "kernel", "--ip", HOST, "--port",
+            port, "--stats", "none", "--workers", str(workers), "--cores", cores,
+            "--sched", sched]
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        return Spawned(args, port)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+@pytest.mark.parametrize("workers,cores,force,sched", [
+    (2, "0,1", True, "steal"),        # every batch stolen: it runs on the other worker
+    (4, "0,1,0,1", True, "steal"),    # oversubscribed: two polling workers per core
+    (2, "0,1", False, "steal"),       # ZygOS's own policy
+    (2, "0,1", False, "part"),        # the same server partitioned (IX)
+])
+def test_steal_keeps_every_connection_in_order(build_dir, tmp_path, workers, cores, force,
+                                               sched):
+    """Pipelined requests (depth 4) over 64 connections, each with its own service time:
+    fp-loadgen checks that every reply is its request's header, so a reply lost, repeated
+    or out of order on a connection is an error or a timeout. With FP_RT_STEAL_FORCE no
+    worker runs its own connections: every batch is stolen and its calls go home."""
+    port = free_port()
+    s = steal_server(build_dir, port, workers, cores,
+                     {"FP_RT_STEAL_FORCE": "1"} if force else None, sched=sched)
+    try:
+        r, doc = loadgen(build_dir, tmp_path, "--server", f"{HOST}:{port}", "--proto", "spin",
+                         "--service", "exp:5us", "--rate", "1k", "--duration", "1",
+                         "--warmup", "0.2", "--conns", "64", "--depth", "4",
+                         "--cores", CLIENT_CORE, *LENIENT, timeout=120)
+        (p,) = assert_clean(r, doc)
+        assert p["ok"] == p["completed"], p
+    finally:
+        rc, out = s.close()
+    assert rc == 0, out
+    summary = [ln for ln in out.splitlines() if "sched steal:" in ln]
+    if sched == "part":
+        assert not summary, out
+        return
+    assert len(summary) == 1, out
+    nums = [int(x) for x in summary[0].replace("(", " ").split() if x.isdigit()]
+    local, stolen, sent_home = nums[0], nums[1], nums[2]
+    if force:
+        assert local == 0 and stolen > 0 and sent_home >= stolen, summary
+    assert local + stolen > 0
+
+
+def test_steal_needs_a_steal_safe_application(build_dir):
+    """The event-callback spin server keeps per-worker state: --sched steal is refused with
+    one line that says what to do."""
+    p = subprocess.run([str(echo_exe(build_dir)), "spin", "--net", "kernel", "--ip", HOST,
+                        "--port", str(free_port()), "--stats", "none", "--workers", "2",
+                        "--cores", "0,1", "--sched", "steal"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not steal-safe" in lines[0] and "--sched part" in lines[0], p.stderr

@@ -1,0 +1,463 @@
+/* steal.c: ZygOS's scheduler in the workers: a flow's conditions run on any idle worker, its calls at home. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flowplane/compiler.h>
+#include <flowplane/log.h>
+
+#include "defs.h"
+
+/*
+ * --sched steal (thesis 000_..., §3.4). Each round of a worker, in this order:
+ *
+ *   1. flows that thieves ran come home: their calls execute here, in order, on this
+ *      worker's transport (the only one that may touch the flow), and their returns are
+ *      kept for the flow's next batch;
+ *   2. this round's conditions for established flows (RECV, SENT, EOF, DEAD) are posted to
+ *      their flows in the shuffle layer (rt/shuffle.c); a flow with events and nobody
+ *      running it is ready in this worker's shuffle queue, exactly once;
+ *   3. everything else (KNOCK, CONNECTED, datagrams, the worker's own returns) goes to the
+ *      handler as an ordinary round;
+ *   4. the worker runs its own ready flows: the handler gets one flow's conditions and
+ *      that flow's returns, and its calls execute at once;
+ *   5. a worker that had nothing else to do steals one ready flow from another worker,
+ *      runs the handler for it, and sends the calls home with the flow (step 1 there).
+ *
+ * A flow's events run on one worker at a time, in order; its calls run on its home, in
+ * order, before its next batch. What the application promises (fp_app.steal_safe): given
+ * one flow's conditions, its handler queues calls only for that flow and touches only
+ * that flow's state (its cookie) and what it guards itself; anything else (LISTEN,
+ * CONNECT, another flow) queued from a flow's batch gets -EINVAL and is not executed.
+ *
+ * The returns of a flow's last batch (one that closed it) come back with the home's next
+ * ordinary round, so the application learns when its memory is no longer referenced.
+ * A CLOSE or ABORT queued from elsewhere (a timer) while the flow runs on another worker
+ * waits until the flow comes home. Workers poll (--idle poll): a worker that slept could
+ * not steal, and its flows could not be stolen before it woke.
+ */
+
+#define RT_STEAL_LOCAL_MAX 64     /* own ready flows run per round, so returns and new
+				   * frames are not starved by a long queue */
+
+/* An event waiting in a flow's inbox or batch: the condition as the transport gave it. */
+struct rt_sev {
+	struct fp_shuf_ev link;
+	struct rt_sev *fnext;         /* on the home's free list */
+	struct fp_cond c;
+};
+
+/* A flow under the scheduler: home-owned, handed to one runner at a time. */
+struct rt_sflow {
+	struct fp_shuf_flow sf;
+	struct fp_flow *flow;
+	struct rt_sflow *hnext;       /* home's table chain */
+	bool closed;                  /* CLOSE or ABORT executed: drop what is still queued */
+	bool close_waiting;           /* a CLOSE/ABORT from elsewhere waits for the flow */
+	struct fp_call waiting;
+	/* the calls a thief queued, executed at home */
+	struct fp_call *calls;
+	unsigned n_calls, cap_calls;
+	struct iovec *iov;            /* their iovecs, copied (the thief's are its own) */
+	unsigned n_iov, cap_iov;
+	/* the returns of the last batch's calls, for the next batch */
+	struct fp_call *rets;
+	unsigned n_rets, cap_rets;
+};
+
+/* Per worker, touched by that worker only. */
+struct rt_steal_wk {
+	struct rt_sflow **tab;        /* by flow pointer, chained */
+	unsigned mask, n;
+	struct rt_sev *free_ev;       /* free events (linked through link.next) */
+	struct fp_cond *conds;        /* a batch's conditions, built for the handler */
+	unsigned cap_conds;
+	uint64_t stolen_runs, local_runs, remote_calls, refused_calls;
+} fp_aligned_cache;
+
+#define SFLOW(p) fp_container_of((p), struct rt_sflow, sf)
+
+static void *grow(void *arr, unsigned *cap, unsigned need, size_t size)
+{
+	unsigned n = *cap ? *cap : 8;
+	void *p;
+
+	while (n < need)
+		n *= 2;
+	if (n == *cap)
+		return arr;
+	p = realloc(arr, (size_t)n * size);
+	if (!p) {
+		log_err("rt: out of memory for the scheduler (%u entries)", n);
+		abort();   /* as api.c's arrays: the API's promise cannot be kept otherwise */
+	}
+	*cap = n;
+	return p;
+}
+
+/* ---- the home's table of flows ---- */
+
+static unsigned slot_of(const struct rt_steal_wk *w, const struct fp_flow *f)
+{
+	uintptr_t x = (uintptr_t)f;
+
+	x ^= x >> 17;
+	x *= 0x9e3779b97f4a7c15ull;
+	return (unsigned)(x >> 40) & w->mask;
+}
+
+static struct rt_sflow *flow_find(struct rt_steal_wk *w, const struct fp_flow *f)
+{
+	for (struct rt_sflow *s = w->tab[slot_of(w, f)]; s; s = s->hnext)
+		if (s->flow == f)
+			return s;
+	return NULL;
+}
+
+/* The flow's record, created at its first condition; NULL when this worker already has
+ * as many as its shuffle queue holds (the flow is then served at home, unstolen). */
+static struct rt_sflow *flow_get(struct rt_run *run, struct rt_steal_wk *w, unsigned me,
+				 struct fp_flow *f)
+{
+	struct rt_sflow *s = flow_find(w, f);
+	unsigned i;
+
+	if (s || w->n >= run->steal_max_flows)
+		return s;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	fp_shuf_flow_init(&s->sf, me);
+	s->flow = f;
+	i = slot_of(w, f);
+	s->hnext = w->tab[i];
+	w->tab[i] = s;
+	w->n++;
+	return s;
+}
+
+static void flow_forget(struct rt_steal_wk *w, struct rt_sflow *s)
+{
+	struct rt_sflow **pp = &w->tab[slot_of(w, s->flow)];
+
+	while (*pp != s)
+		pp = &(*pp)->hnext;
+	*pp = s->hnext;
+	w->n--;
+	free(s->calls);
+	free(s->iov);
+	free(s->rets);
+	free(s);
+}
+
+/* ---- events ---- */
+
+static void ev_free_list(struct rt_steal_wk *w, struct fp_shuf_list *l)
+{
+	for (struct fp_shuf_ev *e = l->head; e; e = e->next) {
+		struct rt_sev *ev = fp_container_of(e, struct rt_sev, link);
+
+		ev->fnext = w->free_ev;
+		w->free_ev = ev;
+	}
+	memset(l, 0, sizeof(*l));
+}
+
+static void post(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s,
+		 const struct fp_cond *c)
+{
+	struct rt_sev *ev = w->free_ev;
+
+	if (ev)
+		w->free_ev = ev->fnext;
+	else if (!(ev = malloc(sizeof(*ev)))) {
+		log_err("rt: out of memory for a condition");
+		abort();
+	}
+	ev->c = *c;
+	fp_shuf_post(ctx->run->sh, &s->sf, &ev->link, ctx->now_us);
+}
+
+static bool flow_cond(uint16_t type)
+{
+	return type == FP_COND_RECV || type == FP_COND_SENT || type == FP_COND_EOF ||
+	       type == FP_COND_DEAD;
+}
+
+/* ---- calls ---- */
+
+static bool closes(const struct fp_call *c)
+{
+	return c->type == FP_CALL_CLOSE || c->type == FP_CALL_ABORT;
+}
+
+/* Whether a call queued from @s's batch may run: calls on that flow only. */
+static bool call_allowed(const struct rt_sflow *s, const struct fp_call *c)
+{
+	switch (c->type) {
+	case FP_CALL_SENDV: case FP_CALL_RECV_DONE: case FP_CALL_SHUTDOWN:
+	case FP_CALL_CLOSE: case FP_CALL_ABORT:
+		return c->flow == s->flow;
+	default:
+		return false;
+	}
+}
+
+/* Home: execute @s's calls in order; their returns become the flow's, for its next
+ * batch. */
+static void exec_flow_calls(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s,
+			    struct fp_call *calls, unsigned n)
+{
+	s->rets = grow(s->rets, &s->cap_rets, s->n_rets + n, sizeof(*s->rets));
+	for (unsigned i = 0; i < n; i++) {
+		struct fp_call *c = &calls[i];
+
+		if (!call_allowed(s, c)) {
+			c->ret = -EINVAL;
+			w->refused_calls++;
+		} else if (s->closed) {
+			c->ret = -ENOTCONN;
+		} else {
+			ctx->tops->exec(ctx, c);
+			if (closes(c))
+				s->closed = true;
+		}
+		s->rets[s->n_rets++] = *c;
+	}
+	ctx->stats->calls += n;
+}
+
+/* Append @n returns to the worker's own, handed up with its next ordinary round. */
+static void rets_to_home(struct fp_ctx *ctx, const struct fp_call *r, unsigned n)
+{
+	if (!n)
+		return;
+	while (ctx->n_rets + n > ctx->cap_rets) {
+		unsigned cap = ctx->cap_rets;
+		ctx->rets = grow(ctx->rets, &cap, ctx->n_rets + n, sizeof(*ctx->rets));
+		memset(ctx->rets + ctx->cap_rets, 0, (size_t)(cap - ctx->cap_rets) * sizeof(*ctx->rets));
+		ctx->cap_rets = cap;
+	}
+	memcpy(ctx->rets + ctx->n_rets, r, (size_t)n * sizeof(*r));
+	ctx->n_rets += n;
+}
+
+/* Home, after a batch's calls: free its events; a closed flow is forgotten (its last
+ * returns go up with the home's next round), any other becomes idle or ready again. */
+static void finish(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s)
+{
+	ev_free_list(w, &s->sf.batch);
+	if (s->close_waiting && !s->closed) {
+		s->close_waiting = false;
+		exec_flow_calls(ctx, w, s, &s->waiting, 1);
+	}
+	if (s->closed) {
+		ev_free_list(w, &s->sf.inbox);   /* the transport has let the flow go */
+		rets_to_home(ctx, s->rets, s->n_rets);
+		flow_forget(w, s);
+		return;
+	}
+	fp_shuf_complete(ctx->run->sh, &s->sf, ctx->now_us);
+}
+
+/* Run @s's batch on this worker: its conditions and its returns to the handler. At home
+ * the calls execute at once; a thief copies them into the flow and sends it home. */
+static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s)
+{
+	unsigned n = 0, n_rets = s->n_rets;
+	bool home = s->sf.home == ctx->worker;
+
+	w->conds = grow(w->conds, &w->cap_conds, s->sf.batch.n, sizeof(*w->conds));
+	for (struct fp_shuf_ev *e = s->sf.batch.head; e; e = e->next)
+		w->conds[n++] = fp_container_of(e, struct rt_sev, link)->c;
+	s->n_rets = 0;
+	ctx->run->app->handle(ctx, w->conds, n, s->rets, n_rets);
+	ctx->stats->conds += n;
+	if (home) {
+		w->local_runs++;
+		exec_flow_calls(ctx, w, s, ctx->calls, ctx->n_calls);
+		ctx->n_calls = 0;
+		finish(ctx, w, s);
+		return;
+	}
+	/* A thief: the calls, with copies of their iovecs, go home with the flow. */
+	unsigned n_iov = 0;
+	for (unsigned i = 0; i < ctx->n_calls; i++)
+		n_iov += ctx->calls[i].iov ? ctx->calls[i].iovcnt : 0;
+	s->calls = grow(s->calls, &s->cap_calls, ctx->n_calls, sizeof(*s->calls));
+	s->iov = grow(s->iov, &s->cap_iov, n_iov, sizeof(*s->iov));
+	s->n_iov = 0;
+	for (unsigned i = 0; i < ctx->n_calls; i++) {
+		struct fp_call *c = &s->calls[i];
+
+		*c = ctx->calls[i];
+		if (c->iov) {
+			memcpy(s->iov + s->n_iov, c->iov, c->iovcnt * sizeof(*c->iov));
+			c->iov = s->iov + s->n_iov;
+			s->n_iov += c->iovcnt;
+		}
+	}
+	s->n_calls = ctx->n_calls;
+	ctx->n_calls = 0;
+	w->stolen_runs++;
+	fp_shuf_ran(ctx->run->sh, ctx->worker, &s->sf);
+}
+
+/* ---- the round ---- */
+
+/* Whether conds[@i]'s flow was KNOCKed earlier in this round's conditions. */
+static bool knocked_now(const struct fp_ctx *ctx, unsigned i)
+{
+	for (unsigned j = 0; j < i; j++)
+		if (ctx->conds[j].type == FP_COND_KNOCK && ctx->conds[j].flow == ctx->conds[i].flow)
+			return true;
+	return false;
+}
+
+unsigned rt_steal_round(struct fp_ctx *ctx)
+{
+	struct rt_run *run = ctx->run;
+	struct fp_shuf *sh = run->sh;
+	unsigned me = ctx->worker, done = 0, keep = 0;
+	struct rt_steal_wk *w = &run->swk[me];
+	struct fp_shuf_flow *sf;
+
+	/* 1. flows that came home: their calls, here */
+	while ((sf = fp_shuf_returned(sh, me))) {
+		struct rt_sflow *s = SFLOW(sf);
+
+		exec_flow_calls(ctx, w, s, s->calls, s->n_calls);
+		w->remote_calls += s->n_calls;
+		s->n_calls = 0;
+		finish(ctx, w, s);
+		done++;
+	}
+	/* 2. conditions of established flows to their flows; a flow KNOCKed in this round is
+	 * not accepted yet (its conditions carry the listener's cookie): they stay with
+	 * the KNOCK, in order, in the ordinary round */
+	for (unsigned i = 0; i < ctx->n_conds; i++) {
+		struct fp_cond *c = &ctx->conds[i];
+		struct rt_sflow *s = flow_cond(c->type) && !knocked_now(ctx, i) ?
+				     flow_get(run, w, me, c->flow) : NULL;
+
+		if (s)
+			post(ctx, w, s, c);
+		else
+			ctx->conds[keep++] = *c;
+	}
+	ctx->n_conds = keep;
+	/* 3. the rest: an ordinary round */
+	done += rt_ctx_round_plain(ctx) + (keep ? 1 : 0);
+	/* 4. own ready flows */
+	for (unsigned k = 0; !run->cfg->steal_force && k < RT_STEAL_LOCAL_MAX &&
+	     (sf = fp_shuf_take(sh, me)); k++, done++)
+		run_flow(ctx, w, SFLOW(sf));
+	/* 5. nothing else: one of another worker's */
+	if (!done && (sf = fp_shuf_steal(sh, me))) {
+		run_flow(ctx, w, SFLOW(sf));
+		done++;
+	}
+	return done;
+}
+
+/* A CLOSE or ABORT from outside a flow's batch (a timer, another handler) for a flow
+ * that is running elsewhere waits until it is home. True when it was taken here. */
+bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c)
+{
+	struct rt_steal_wk *w = &ctx->run->swk[ctx->worker];
+	struct rt_sflow *s;
+
+	if (!closes(c) || !(s = flow_find(w, c->flow)))
+		return false;
+	if (s->sf.state == FP_SHUF_IDLE) {
+		ctx->tops->exec(ctx, c);
+		s->closed = true;
+		ev_free_list(w, &s->sf.inbox);
+		flow_forget(w, s);
+		return true;
+	}
+	if (!s->close_waiting) {
+		s->close_waiting = true;
+		s->waiting = *c;
+	}
+	c->ret = 0;
+	return true;
+}
+
+/* ---- setup and teardown ---- */
+
+int rt_steal_setup(struct rt_run *run)
+{
+	unsigned n = run->cfg->n_workers;
+	uint32_t max = run->cfg->stack.max_conns ? run->cfg->stack.max_conns : 65536;
+	int rc;
+
+	run->sh = calloc(1, sizeof(*run->sh));
+	run->swk = aligned_alloc(FP_CACHE_LINE, n * sizeof(*run->swk));
+	if (!run->sh || !run->swk) {
+		rt_steal_teardown(run);
+		return -ENOMEM;
+	}
+	memset(run->swk, 0, n * sizeof(*run->swk));
+	run->steal_max_flows = max;
+	rc = fp_shuf_init(run->sh, n, max, run->cfg->seed ? run->cfg->seed : 1);
+	if (rc) {
+		free(run->sh);
+		run->sh = NULL;
+		rt_steal_teardown(run);
+		return rc;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct rt_steal_wk *w = &run->swk[i];
+
+		w->mask = 1023;
+		w->tab = calloc(w->mask + 1, sizeof(*w->tab));
+		if (!w->tab) {
+			rt_steal_teardown(run);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* After every worker has stopped: what is left in the tables and free lists. */
+void rt_steal_teardown(struct rt_run *run)
+{
+	for (unsigned i = 0; run->swk && i < run->cfg->n_workers; i++) {
+		struct rt_steal_wk *w = &run->swk[i];
+
+		for (unsigned b = 0; w->tab && b <= w->mask; b++)
+			while (w->tab[b]) {
+				struct rt_sflow *s = w->tab[b];
+
+				ev_free_list(w, &s->sf.batch);
+				ev_free_list(w, &s->sf.inbox);
+				flow_forget(w, s);
+			}
+		while (w->free_ev) {
+			struct rt_sev *ev = w->free_ev;
+
+			w->free_ev = ev->fnext;
+			free(ev);
+		}
+		free(w->tab);
+		free(w->conds);
+	}
+	free(run->swk);
+	run->swk = NULL;
+	if (run->sh) {
+		fp_shuf_fini(run->sh);
+		free(run->sh);
+		run->sh = NULL;
+	}
+}
+
+void rt_steal_counts(const struct rt_run *run, unsigned worker, uint64_t *stolen_runs,
+		     uint64_t *local_runs, uint64_t *remote_calls)
+{
+	const struct rt_steal_wk *w = &run->swk[worker];
+
+	*stolen_runs = w->stolen_runs;
+	*local_runs = w->local_runs;
+	*remote_calls = w->remote_calls;
+}

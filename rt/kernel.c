@@ -657,7 +657,8 @@ static void kt_loop(struct kt *kt)
 		slept = timeout > 0 ? t1 - t0 : 0;
 		unsigned n_conds = ctx->n_conds;
 		bool work = n > 0 || n_conds || ctx->n_rets || ctx->n_calls;
-		rt_ctx_round(ctx);
+		if (rt_ctx_round(ctx))
+			work = true;        /* --sched steal: flows run, stolen or come home */
 		now = rt_now_us();
 		if (rt_ctx_timers(ctx, now))
 			work = true;

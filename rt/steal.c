@@ -275,6 +275,7 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	ctx->stats->conds += n;
 	if (home) {
 		w->local_runs++;
+		ctx->stats->sched_local++;
 		exec_flow_calls(ctx, w, s, ctx->calls, ctx->n_calls);
 		ctx->n_calls = 0;
 		finish(ctx, w, s);
@@ -300,6 +301,7 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	s->n_calls = ctx->n_calls;
 	ctx->n_calls = 0;
 	w->stolen_runs++;
+	ctx->stats->sched_stolen++;
 	fp_shuf_ran(ctx->run->sh, ctx->worker, &s->sf);
 }
 
@@ -328,6 +330,7 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 
 		exec_flow_calls(ctx, w, s, s->calls, s->n_calls);
 		w->remote_calls += s->n_calls;
+		ctx->stats->sched_remote_calls += s->n_calls;
 		s->n_calls = 0;
 		finish(ctx, w, s);
 		done++;

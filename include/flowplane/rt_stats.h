@@ -94,6 +94,11 @@ struct fp_rt_worker_stats {
 	uint64_t gaps;                /* how many */
 	uint64_t gap_ns;              /* their total length */
 	uint64_t gap_ns_hist[FP_RT_LOG2_BUCKETS]; /* their lengths in ns (log2) */
+
+	/* --sched steal (rt/steal.c): batches of this worker's own flows it ran; batches of
+	 * other workers' flows it stole and ran; calls it executed for its own flows that
+	 * ran elsewhere. All 0 when partitioned. */
+	uint64_t sched_local, sched_stolen, sched_remote_calls;
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

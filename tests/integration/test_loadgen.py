@@ -549,10 +549,10 @@ def test_plot_two_files(root, build_dir, tmp_path, echo_server):
 
 # ---- ZygOS's scheduler in the runtime (--sched steal, rt/steal.c) ----
 
-def steal_server(build_dir, port, workers, cores, env=None, sched="steal"):
+def steal_server(build_dir, port, workers, cores, env=None, sched="steal", stats="none"):
     """fp-echo spin --native with several workers stealing each other's connections."""
     args = [echo_exe(build_dir), "spin", "--native", "--net", "kernel", "--ip", HOST, "--port",
-            port, "--stats", "none", "--workers", str(workers), "--cores", cores,
+            port, "--stats", stats, "--workers", str(workers), "--cores", cores,
             "--sched", sched]
     old = dict(os.environ)
     os.environ.update(env or {})
@@ -576,8 +576,9 @@ def test_steal_keeps_every_connection_in_order(build_dir, tmp_path, workers, cor
     or out of order on a connection is an error or a timeout. With FP_RT_STEAL_FORCE no
     worker runs its own connections: every batch is stolen and its calls go home."""
     port = free_port()
+    name = f"steal{os.getpid()}_{port}"
     s = steal_server(build_dir, port, workers, cores,
-                     {"FP_RT_STEAL_FORCE": "1"} if force else None, sched=sched)
+                     {"FP_RT_STEAL_FORCE": "1"} if force else None, sched=sched, stats=name)
     try:
         r, doc = loadgen(build_dir, tmp_path, "--server", f"{HOST}:{port}", "--proto", "spin",
                          "--service", "exp:5us", "--rate", "1k", "--duration", "1",
@@ -585,8 +586,20 @@ def test_steal_keeps_every_connection_in_order(build_dir, tmp_path, workers, cor
                          "--cores", CLIENT_CORE, *LENIENT, timeout=120)
         (p,) = assert_clean(r, doc)
         assert p["ok"] == p["completed"], p
+        st = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", name, "--totals"],
+                            capture_output=True, text=True, timeout=30)
+        assert st.returncode == 0, st.stderr
+        ws = json.loads(st.stdout)["workers"]
     finally:
         rc, out = s.close()
+    stolen = sum(w["sched_stolen"] for w in ws)
+    local = sum(w["sched_local"] for w in ws)
+    if sched == "part":
+        assert stolen == local == 0
+    elif force:
+        assert local == 0 and stolen > 0 and sum(w["sched_remote_calls"] for w in ws) >= stolen
+    else:
+        assert local + stolen > 0
     assert rc == 0, out
     summary = [ln for ln in out.splitlines() if "sched steal:" in ln]
     if sched == "part":

@@ -53,6 +53,7 @@ struct rt_run {
 	struct fp_shuf *sh;
 	struct rt_steal_wk *swk;
 	uint32_t steal_max_flows;     /* flows a worker may have under the scheduler */
+	atomic_uint steal_in_loop;    /* workers inside their loop (rt_steal_enter/leave) */
 };
 
 struct fp_ctx {
@@ -82,6 +83,8 @@ int rt_steal_setup(struct rt_run *run);
 void rt_steal_teardown(struct rt_run *run);
 unsigned rt_steal_round(struct fp_ctx *ctx);
 bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c);
+void rt_steal_enter(struct rt_run *run);
+void rt_steal_leave(struct rt_run *run);
 void rt_steal_counts(const struct rt_run *run, unsigned worker, uint64_t *stolen_runs,
 		     uint64_t *local_runs, uint64_t *remote_calls);
 /* The round without the scheduler (api.c): handler on the conditions and returns, then

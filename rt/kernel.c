@@ -824,8 +824,10 @@ int rt_worker_kernel(struct rt_run *run, unsigned worker)
 	atomic_fetch_add(&run->n_ready, 1);
 	rt_ctx_flush(&kt->ctx);
 	kt->eng->flush(kt);
+	rt_steal_enter(run);
 	kt_loop(kt);
 	rt_run_wake(run);   /* the stop may be ours: wake the workers that sleep */
+	rt_steal_leave(run);
 	if (app->fini)
 		app->fini(&kt->ctx);
 	rt_ctx_flush(&kt->ctx);   /* the closes fini queued */

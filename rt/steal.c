@@ -355,8 +355,9 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	for (unsigned k = 0; !run->cfg->steal_force && k < RT_STEAL_LOCAL_MAX &&
 	     (sf = fp_shuf_take(sh, me)); k++, done++)
 		run_flow(ctx, w, SFLOW(sf));
-	/* 5. nothing else: one of another worker's */
-	if (!done && (sf = fp_shuf_steal(sh, me))) {
+	/* 5. nothing else: one of another worker's (not once the run stops: its home may be
+	 * past its loop already) */
+	if (!done && !rt_ctx_stopping(ctx) && (sf = fp_shuf_steal(sh, me))) {
 		run_flow(ctx, w, SFLOW(sf));
 		done++;
 	}
@@ -385,6 +386,25 @@ bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c)
 	}
 	c->ret = 0;
 	return true;
+}
+
+/* Under --sched steal a worker that left its loop waits for every worker still in its
+ * loop before the application's fini frees its connections: another worker may be running
+ * one of them until it, too, has left. (Once the run stops nobody steals, so a worker that
+ * enters its loop late touches only its own flows.) */
+void rt_steal_enter(struct rt_run *run)
+{
+	if (run->sh)
+		atomic_fetch_add(&run->steal_in_loop, 1);
+}
+
+void rt_steal_leave(struct rt_run *run)
+{
+	if (!run->sh)
+		return;
+	atomic_fetch_sub(&run->steal_in_loop, 1);
+	while (atomic_load(&run->steal_in_loop))
+		__builtin_ia32_pause();
 }
 
 /* ---- setup and teardown ---- */

@@ -479,8 +479,10 @@ static int rt_app_run(struct rt_wk *w)
 		return ret;
 	}
 	atomic_fetch_add(&w->run->n_ready, 1);
+	rt_steal_enter(w->run);
 	rt_loop(w);
 	rt_run_wake(w->run);  /* the stop may be ours: tell sleeping workers and main */
+	rt_steal_leave(w->run);
 	if (app->fini)
 		app->fini(&w->ctx);
 	rt_ctx_flush(&w->ctx);

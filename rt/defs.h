@@ -129,6 +129,44 @@ static inline void rt_gap_note(struct fp_rt_worker_stats *s, uint64_t awake_cycl
 	s->gap_ns_hist[fp_rt_log2_bucket(ns)]++;
 }
 
+/*
+ * --idle adaptive: a spin budget. Every busy round earns its own duration (up to
+ * --spin-us in all); every idle round spends the time since the previous round; a worker
+ * sleeps once the budget is spent, and starts from nothing after a sleep. So a worker spins
+ * about as long as it works: under load (short gaps, long busy time) it polls like IX;
+ * lightly loaded or woken by a timer alone it sleeps almost at once, as an epoll server
+ * does, paying the wake-up on the next request instead of a core.
+ */
+struct rt_idle_budget {
+	int64_t credit_ns;
+	uint64_t last_tsc;            /* start of the previous round */
+};
+
+static inline void rt_idle_round(struct rt_idle_budget *b, bool busy, uint64_t t0,
+				 uint64_t t_end, uint32_t spin_us)
+{
+	int64_t cap = (int64_t)spin_us * 1000;
+
+	if (busy) {
+		b->credit_ns += (int64_t)fp_cycles_to_ns(t_end - t0);
+		if (b->credit_ns > cap)
+			b->credit_ns = cap;
+	} else if (b->last_tsc) {
+		b->credit_ns -= (int64_t)fp_cycles_to_ns(t_end - b->last_tsc);
+	}
+	b->last_tsc = t_end;
+}
+
+/* Whether the budget says sleep now (and then it starts again from nothing). */
+static inline bool rt_idle_spent(struct rt_idle_budget *b)
+{
+	if (b->credit_ns > 0)
+		return false;
+	b->credit_ns = 0;
+	b->last_tsc = 0;
+	return true;
+}
+
 static inline bool rt_ctx_stopping(const struct fp_ctx *ctx)
 {
 	return atomic_load_explicit(&ctx->run->stop, memory_order_relaxed);

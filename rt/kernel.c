@@ -582,9 +582,9 @@ static const struct rt_transport_ops kt_ops = { .name = "kernel", .exec = kt_exe
 /* ---- the loop ---- */
 
 /* How long the engine may block: not at all while there is something to hand up or read,
- * under polling, or within spin_us of the last work; else until the next application
- * timer, at most KT_MAX_SLEEP_US. */
-static uint64_t kt_timeout_us(const struct kt *kt, uint64_t now, uint64_t last_work_us)
+ * under polling, within spin_us of the last work (adaptive: while the spin budget lasts);
+ * else until the next application timer, at most KT_MAX_SLEEP_US. */
+static uint64_t kt_timeout_us(struct kt *kt, uint64_t now, uint64_t last_work_us)
 {
 	const struct fp_ctx *ctx = &kt->ctx;
 	uint64_t next;
@@ -594,7 +594,8 @@ static uint64_t kt_timeout_us(const struct kt *kt, uint64_t now, uint64_t last_w
 		return 0;
 	if (!TAILQ_EMPTY(&kt->pending))
 		return kt->starved ? KT_STARVED_SLEEP_US : 0;
-	if (now - last_work_us < kt->cfg->spin_us)
+	if (kt->cfg->idle == FP_IDLE_ADAPTIVE ? !rt_idle_spent(&kt->budget) :
+	    now - last_work_us < kt->cfg->spin_us)
 		return 0;
 	next = rt_ctx_next_us(ctx);
 	if (kt->n_paused) {
@@ -666,7 +667,10 @@ static void kt_loop(struct kt *kt)
 		kt_reap(kt);   /* flows closed this round: no event of this batch is left */
 		if (kt->n_paused)
 			kt_accept_resume(kt, now);
-		kt_account(kt, work, timeout > 0, (unsigned)n, n_conds, t0, t1, fp_rdtsc(), now);
+		uint64_t t2 = fp_rdtsc();
+
+		kt_account(kt, work, timeout > 0, (unsigned)n, n_conds, t0, t1, t2, now);
+		rt_idle_round(&kt->budget, work, timeout > 0 ? t1 : t0, t2, kt->cfg->spin_us);
 		if (work)
 			last_work_us = now;
 	}

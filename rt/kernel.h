@@ -129,6 +129,7 @@ struct kt {
 	uint32_t flow_tail;           /* engine bytes after held[] */
 	unsigned batch;               /* B: events (completions) per round */
 	uint64_t round;
+	struct rt_idle_budget budget; /* --idle adaptive */
 	bool starved;                 /* a read found the pool empty this round */
 	bool backlog;                 /* events left for the next round: do not sleep */
 	bool reuseport;

@@ -48,12 +48,15 @@ const char fp_rt_options_help[] =
 	"  --cores LIST          cores to pin workers to: 0,2 or 0-3 (default 0..N-1)\n"
 	"  --queue-base Q        xdp: worker i owns queue Q+i (default 0)\n"
 	"  --batch B             frames per stack pass, 1..1024 (default 64)\n"
-	"  --idle poll|sleep     when idle: keep polling, or spin then sleep (default)\n"
+	"  --idle MODE           when idle: poll (keep polling), sleep (spin --spin-us, then\n"
+	"                        sleep; the default) or adaptive (spin only as long as the\n"
+	"                        worker recently worked, at most --spin-us: CPU follows load)\n"
 	"  --sched part|steal    a flow's events run on its own worker only (part, IX's,\n"
 	"                        the default) or on any idle worker (steal, ZygOS's; its\n"
 	"                        workers poll; for steal-safe applications, e.g. fp-echo\n"
 	"                        spin --native)\n"
-	"  --spin-us US          sleep policy: spin this long before sleeping (200)\n"
+	"  --spin-us US          sleep: spin this long before sleeping; adaptive: spin at\n"
+	"                        most this long (default 200)\n"
 	"  --xdp-mode MODE       auto, native or skb (default auto)\n"
 	"  --xdp-copy yes|no     xdp: force copy mode\n"
 	"  --xdp-zerocopy yes|no xdp: require zero-copy mode (fail without it)\n"
@@ -280,7 +283,7 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		     size_t errlen)
 {
 	static const char *const nets[] = { "kernel", "xdp", NULL };
-	static const char *const idles[] = { "sleep", "poll", NULL };     /* enum fp_idle */
+	static const char *const idles[] = { "sleep", "poll", "adaptive", NULL }; /* enum fp_idle */
 	static const char *const scheds[] = { "part", "steal", NULL };    /* enum fp_sched */
 	static const char *const kios[] = { "auto", "uring", "epoll", NULL }; /* fp_kernel_io */
 	static const char *const modes[] = { "auto", "native", "skb", NULL }; /* fp_xdp_mode */
@@ -833,6 +836,8 @@ static void rt_summary(struct rt_start *s)
 		snprintf(idle, sizeof(idle), "sched steal, idle poll");
 	else if (c->idle == FP_IDLE_POLL)
 		snprintf(idle, sizeof(idle), "idle poll");
+	else if (c->idle == FP_IDLE_ADAPTIVE)
+		snprintf(idle, sizeof(idle), "idle adaptive (spin <= %u us)", c->spin_us);
 	else
 		snprintf(idle, sizeof(idle), "idle sleep after %u us", c->spin_us);
 	fprintf(stderr, "flowplane: %s: %s, %u worker%s on core%s %s%s, batch %u, %s, %s\n",

@@ -52,6 +52,7 @@ struct rt_wk {
 	uint64_t publish_us;              /* next publication of counters */
 	uint64_t idle_since_us;           /* first idle round of this idle spell */
 	uint64_t slept_cycles;            /* TSC cycles asleep in poll(), all told (gaps) */
+	struct rt_idle_budget budget;     /* --idle adaptive */
 	bool idle;
 	unsigned n_tx;                    /* frames held in tx[] for retry */
 	struct fp_mbuf *tx[RT_TX_HOLD];
@@ -345,6 +346,11 @@ static void rt_idle(struct rt_wk *w, uint64_t now)
 {
 	if (w->run->cfg->idle == FP_IDLE_POLL)
 		return;   /* IX: keep polling (hyperthread-friendly pause is the device's) */
+	if (w->run->cfg->idle == FP_IDLE_ADAPTIVE) {
+		if (rt_idle_spent(&w->budget))
+			rt_sleep(w, now);
+		return;
+	}
 	if (!w->idle) {
 		w->idle = true;
 		w->idle_since_us = now;
@@ -389,7 +395,10 @@ static void rt_loop(struct rt_wk *w)
 		slept_before = w->slept_cycles;
 		bool busy = rt_round(w, now, &batch);
 
-		rt_account(w, busy, batch, fp_rdtsc() - t0);
+		uint64_t t1 = fp_rdtsc();
+
+		rt_account(w, busy, batch, t1 - t0);
+		rt_idle_round(&w->budget, busy, t0, t1, w->run->cfg->spin_us);
 		if (busy)
 			w->idle = false;
 		else

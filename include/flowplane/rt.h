@@ -38,7 +38,10 @@ enum fp_transport { FP_TRANSPORT_KERNEL = 0, FP_TRANSPORT_XDP, FP_TRANSPORT_PAIR
  * it (seccomp profiles and the io_uring_disabled sysctl may not), else epoll. */
 enum fp_kernel_io { FP_KERNEL_IO_AUTO = 0, FP_KERNEL_IO_URING, FP_KERNEL_IO_EPOLL };
 
-enum fp_idle { FP_IDLE_SLEEP = 0, FP_IDLE_POLL };
+/* When a worker finds nothing to do: spin --spin-us, then sleep (SLEEP); keep polling
+ * (POLL, IX); or spin only as long as it has recently worked, at most --spin-us, then
+ * sleep (ADAPTIVE: the cost of polling stays within the cost of the work). */
+enum fp_idle { FP_IDLE_SLEEP = 0, FP_IDLE_POLL, FP_IDLE_ADAPTIVE };
 
 /* How a flow's conditions find a core: on its home worker only (IX), or on any worker
  * that is idle (ZygOS: rt/steal.c; the application must be fp_app.steal_safe). */

@@ -581,6 +581,44 @@ static void test_idle_sleeps(void **state)
 	munmap((void *)T.seg, T.seg_size);
 }
 
+static void idle_adaptive(struct fp_rt_config *cfg)
+{
+	cfg->idle = FP_IDLE_ADAPTIVE;
+	cfg->spin_us = 1000000;   /* a second: the sleep policy would not sleep in this run */
+}
+
+/* --idle adaptive spins only as long as the worker has worked: with nothing to do, both
+ * workers sleep at once however long --spin-us is (issue 16, item 11). */
+static void test_idle_adaptive_sleeps(void **state)
+{
+	(void)state;
+	assert_int_equal(run_pair(MODE_IDLE, idle_adaptive), 0);
+	assert_int_equal(T.result, 0);
+	assert_non_null(T.seg);
+	assert_true(fp_rt_stats_worker(T.seg, 0)->sleeps > 0);
+	assert_true(fp_rt_stats_worker(T.seg, 1)->sleeps > 0);
+	munmap((void *)T.seg, T.seg_size);
+}
+
+static void adaptive_echo(struct fp_rt_config *cfg)
+{
+	cfg->idle = FP_IDLE_ADAPTIVE;
+	cfg->spin_us = 20;
+	cfg->batch = 16;   /* check_worker_stats counts frames in batches under 64 */
+}
+
+/* The 1 MB zero-copy echo with the adaptive policy: workers that sleep between bursts
+ * still move every byte, in order. */
+static void test_tcp_echo_adaptive(void **state)
+{
+	(void)state;
+	assert_int_equal(run_pair(MODE_TCP, adaptive_echo), 0);
+	assert_int_equal(T.result, 0);
+	check_worker_stats(T.seg, 0);
+	check_worker_stats(T.seg, 1);
+	munmap((void *)T.seg, T.seg_size);
+}
+
 /* ---- evl over the pair: back-pressure end to end, and a client that stops ---- */
 
 #define BP_BYTES        (2u << 20)      /* what the client sends, not reading at first */
@@ -1170,6 +1208,8 @@ int main(void)
 		cmocka_unit_test(test_startup_errors),
 		cmocka_unit_test(test_stats_segment),
 		cmocka_unit_test(test_idle_sleeps),
+		cmocka_unit_test(test_idle_adaptive_sleeps),
+		cmocka_unit_test(test_tcp_echo_adaptive),
 		cmocka_unit_test(test_udp_echo),
 		cmocka_unit_test(test_tcp_echo),
 		cmocka_unit_test(test_tcp_echo_lossy),

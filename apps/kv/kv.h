@@ -93,6 +93,27 @@ void kv_store_offline(struct kv_store *s, unsigned w);
  * returns the items reclaimed. */
 unsigned kv_store_crawl(struct kv_store *s, unsigned w, unsigned budget);
 
+/* lru_crawler metadump: every live item of the classes in @mask (bit i: class i), from
+ * *@cur (zeroed to start). @fn gets each item's metadata and returns false to stop there
+ * (no output room): the next call resumes at that item. True once every class is done.
+ * Items stored or removed meanwhile may or may not be seen (as memcached's crawler). */
+struct kv_dump_cursor {
+	uint32_t cls, page_n, chunk;
+};
+struct kv_item_meta {
+	const char *key;
+	uint8_t nkey;
+	int64_t exp_unix;             /* -1: never */
+	uint64_t la_unix, cas, size;  /* last access; memcached's item size */
+	bool fetched;
+	uint8_t cls;
+};
+bool kv_store_dump(struct kv_store *s, unsigned w, uint64_t mask, struct kv_dump_cursor *cur,
+		   bool (*fn)(void *arg, const struct kv_item_meta *m), void *arg);
+/* lru_crawler disable/enable: the expiry crawler stops (kv_store_crawl does nothing). */
+void kv_store_crawler_enable(struct kv_store *s, bool on);
+bool kv_store_crawler_enabled(const struct kv_store *s);
+
 /* An item as readers see it. key and value point into the item: valid until the caller's
  * worker next quiesces. */
 struct kv_item_view {

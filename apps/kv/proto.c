@@ -632,6 +632,8 @@ static bool process_line(struct kv_conn *c, const char *line, size_t len)
 		kv_out_str(c, "ERROR");
 	} else if (kv_tok_is(&t[0], "stats")) {
 		return kv_stats_command(c, t, nt);
+	} else if (kv_tok_is(&t[0], "lru_crawler")) {
+		return kv_lru_crawler_command(c, t, nt);
 	} else if (!dispatch_update(c, t, nt) && !dispatch_misc(c, t, nt)) {
 		/* memcached hangs up on what looks like HTTP, only here, after every
 		 * command it knows; anything else unknown is an ERROR */

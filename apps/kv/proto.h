@@ -203,6 +203,9 @@ struct kv_conn {
 	/* a multiget stopped for room: where its next key starts in the line, plus one */
 	size_t get_resume;
 	uint8_t mget;                /* a get line served in pieces goes on (enum kv_mget) */
+	/* lru_crawler metadump stopped for room: where it goes on */
+	bool dump_active;
+	struct kv_dump_cursor dump_cur;
 	size_t scanned;              /* bytes of the pending line known to hold no '\n' */
 	unsigned reqs;               /* commands since the last flush point */
 	uint64_t ncmds;              /* request lines processed, all told (the runtime's
@@ -248,6 +251,8 @@ bool kv_tok_is(const struct kv_tok *t, const char *s);
 bool kv_meta_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
 /* stats.c: flush_all, version, verbosity, cache_memlimit, shutdown; false if none. */
 bool kv_admin_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
+/* lru_crawler ...: false when a metadump stopped for room (the line is shown again). */
+bool kv_lru_crawler_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
 /* stats.c: stats [sub]; false when the answer waits for output room. */
 bool kv_stats_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
 /* The value line for ms once its data is in: mirrors memcached's _finalize_mset. */

@@ -417,14 +417,72 @@ static unsigned crawl_class(struct kv_store *s, unsigned w, struct kv_class *c, 
 	return got;
 }
 
+void kv_store_crawler_enable(struct kv_store *s, bool on)
+{
+	atomic_store_explicit(&s->crawler_off, !on, memory_order_relaxed);
+}
+
+bool kv_store_crawler_enabled(const struct kv_store *s)
+{
+	return !atomic_load_explicit(&s->crawler_off, memory_order_relaxed);
+}
+
 unsigned kv_store_crawl(struct kv_store *s, unsigned w, unsigned budget)
 {
 	unsigned got = 0;
 
+	if (!kv_store_crawler_enabled(s))
+		return 0;
 	kv_enter(s, w);
 	for (unsigned id = 1; id < s->nclasses; id++)
 		got += crawl_class(s, w, &s->cls[id], budget);
 	return got + crawl_class(s, w, &s->cls[KV_HUGE], budget);
+}
+
+bool kv_store_dump(struct kv_store *s, unsigned w, uint64_t mask, struct kv_dump_cursor *cur,
+		   bool (*fn)(void *arg, const struct kv_item_meta *m), void *arg)
+{
+	uint32_t now = kv_store_now(s);
+	uint64_t started = atomic_load_explicit(&s->started, memory_order_relaxed);
+
+	kv_enter(s, w);
+	for (; cur->cls < KV_MAX_CLASSES; cur->cls++, cur->page_n = 0, cur->chunk = 0) {
+		struct kv_class *c = &s->cls[cur->cls];
+		uint32_t p;
+
+		if (!cur->cls || !(mask >> cur->cls & 1))
+			continue;
+		kv_lock(&c->lock);
+		p = c->first_page;
+		for (uint32_t k = 0; k < cur->page_n && p != KV_NO_PAGE; k++)
+			p = s->pages[p].next;
+		for (; p != KV_NO_PAGE; p = s->pages[p].next, cur->page_n++, cur->chunk = 0) {
+			for (; cur->chunk < c->perslab; cur->chunk++) {
+				struct kv_item *it = chunk_at(s, p, cur->chunk, c->size);
+				uint32_t exp;
+				struct kv_item_meta m;
+
+				if (kv_item_state(it) != KV_ST_LINKED || kv_item_dead(s, it, now))
+					continue;
+				exp = atomic_load_explicit(&it->exptime, memory_order_relaxed);
+				m = (struct kv_item_meta){
+					.key = kv_item_key(it), .nkey = it->nkey,
+					.exp_unix = exp ? (int64_t)(exp + started) : -1,
+					.la_unix = atomic_load_explicit(&it->atime, memory_order_relaxed) + started,
+					.cas = atomic_load_explicit(&it->cas, memory_order_relaxed),
+					.size = kv_mc_ntotal(s, it->nkey, it->flags, it->nbytes),
+					.fetched = atomic_load_explicit(&it->iflags, memory_order_relaxed) & KV_F_FETCHED,
+					.cls = it->clsid,
+				};
+				if (!fn(arg, &m)) {
+					kv_unlock(&c->lock);
+					return false;
+				}
+			}
+		}
+		kv_unlock(&c->lock);
+	}
+	return true;
 }
 
 /* Under the class lock: empty page @p (its free chunks leave the free list, its items are

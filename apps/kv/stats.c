@@ -233,7 +233,7 @@ static void stats_settings(struct kv_proto *p, struct sbuf *b)
 		{ "maxconns_fast", "yes" }, { "hashpower_init", NULL }, { "slab_reassign", "yes" },
 		{ "slab_automove", NULL }, { "slab_automove_ratio", "0.80" },
 		{ "slab_automove_window", "30" }, { "slab_chunk_max", "524288" },
-		{ "lru_crawler", "yes" }, { "lru_crawler_sleep", "100" },
+		{ "lru_crawler", NULL }, { "lru_crawler_sleep", "100" },
 		{ "lru_crawler_tocrawl", "0" }, { "tail_repair_time", "0" },
 		{ "flush_enabled", NULL }, { "dump_enabled", "yes" },
 		{ "hash_algorithm", "murmur3" }, { "lru_maintainer_thread", "no" },
@@ -286,6 +286,8 @@ static void stats_settings(struct kv_proto *p, struct sbuf *b)
 		sb_stat(b, rest[i][0], "%s", rest[i][1] ? rest[i][1] :
 			!strcmp(rest[i][0], "hashpower_init") ? hp :
 			!strcmp(rest[i][0], "slab_automove") ? am :
+			!strcmp(rest[i][0], "lru_crawler") ?
+				(kv_store_crawler_enabled(p->store) ? "yes" : "no") :
 			st->flush_enabled ? "yes" : "no");
 }
 
@@ -429,6 +431,119 @@ static void cmd_slabs(struct kv_conn *c, struct kv_tok *t, size_t nt)
 		atomic_store_explicit(&c->p->slab_automove, level, memory_order_relaxed);
 		kv_out_str(c, "OK");
 	}
+}
+
+/* ---- lru_crawler (memcached's process_lru_crawler_command) ---- */
+
+/* A class list as memcached's lru_crawler takes it: "all" (metadump: also "hash", which
+ * here is the same order), or numbers 1..63 separated by commas. False: BADCLASS. */
+static bool crawler_classes(const struct kv_tok *t, bool dump, uint64_t *mask)
+{
+	size_t i = 0;
+
+	if (kv_tok_is(t, "all") || (dump && kv_tok_is(t, "hash"))) {
+		*mask = ~0ull;
+		return true;
+	}
+	*mask = 0;
+	while (i < t->len) {
+		size_t j = i;
+		uint32_t id;
+
+		while (j < t->len && t->p[j] != ',')
+			j++;
+		if (!kv_strtoul(t->p + i, j - i, &id) || id < 1 || id > 63)
+			return false;
+		*mask |= 1ull << id;
+		i = j + 1;
+	}
+	return *mask != 0;
+}
+
+/* memcached's uriencode: RFC 3986's unreserved characters stay, the rest is %XX. */
+static size_t uri_encode(const char *in, size_t n, char *out)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)in[i];
+
+		if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		    ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+			out[o++] = (char)ch;
+		} else {
+			out[o++] = '%';
+			out[o++] = hex[ch >> 4];
+			out[o++] = hex[ch & 15];
+		}
+	}
+	return o;
+}
+
+/* One metadump line, as memcached's crawler writes it; false when the output has no room
+ * left for it (the dump resumes at this item). */
+static bool dump_line(void *arg, const struct kv_item_meta *m)
+{
+	struct kv_conn *c = arg;
+	char line[3 * 255 + 160], key[3 * 255 + 1];
+	size_t nk = uri_encode(m->key, m->nkey, key);
+	int n;
+
+	if (kv_out_room(c) < KV_RESP_RESERVE + sizeof(line))
+		return false;
+	key[nk] = '\0';
+	n = snprintf(line, sizeof(line), "key=%s exp=%lld la=%llu cas=%llu fetch=%s cls=%u size=%llu\n",
+		     key, (long long)m->exp_unix, (unsigned long long)m->la_unix,
+		     (unsigned long long)m->cas, m->fetched ? "yes" : "no", m->cls,
+		     (unsigned long long)m->size);
+	kv_out_iov(c, &(struct iovec){ line, (size_t)n }, 1);
+	return true;
+}
+
+bool kv_lru_crawler_command(struct kv_conn *c, struct kv_tok *t, size_t nt)
+{
+	struct kv_store *s = c->p->store;
+	uint64_t mask;
+	uint32_t v;
+
+	if (nt == 4 && kv_tok_is(&t[1], "metadump")) {
+		if (!c->dump_active) {
+			if (!crawler_classes(&t[2], true, &mask)) {
+				kv_out_str(c, "BADCLASS invalid class id");
+				return true;
+			}
+			memset(&c->dump_cur, 0, sizeof(c->dump_cur));
+			c->dump_active = true;
+		}
+		crawler_classes(&t[2], true, &mask);
+		if (!kv_store_dump(s, c->w, mask, &c->dump_cur, dump_line, c))
+			return false;                       /* shown again once the output drains */
+		c->dump_active = false;
+		kv_out_str(c, "END");
+	} else if (nt == 4 && kv_tok_is(&t[1], "crawl")) {
+		kv_out_str(c, crawler_classes(&t[2], false, &mask) ? "OK" : "BADCLASS invalid class id");
+	} else if (nt == 4 && kv_tok_is(&t[1], "sleep")) {
+		if (!kv_strtoul(t[2].p, t[2].len, &v))
+			kv_out_str(c, "CLIENT_ERROR bad command line format");
+		else
+			kv_out_str(c, v > 1000000 ? "CLIENT_ERROR sleep must be one second or less" : "OK");
+	} else if (nt == 4 && kv_tok_is(&t[1], "tocrawl")) {
+		kv_out_str(c, kv_strtoul(t[2].p, t[2].len, &v) ? "OK" : "CLIENT_ERROR bad command line format");
+	} else if (nt == 3 && kv_tok_is(&t[1], "enable")) {
+		if (kv_store_crawler_enabled(s)) {
+			kv_out_str(c, "ERROR failed to start lru crawler thread");
+		} else {
+			kv_store_crawler_enable(s, true);
+			kv_out_str(c, "OK");
+		}
+	} else if (nt == 3 && kv_tok_is(&t[1], "disable")) {
+		kv_store_crawler_enable(s, false);
+		kv_out_str(c, "OK");
+	} else {
+		kv_out_str(c, "ERROR");
+	}
+	return true;
 }
 
 bool kv_admin_command(struct kv_conn *c, struct kv_tok *t, size_t nt)

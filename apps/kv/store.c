@@ -480,7 +480,7 @@ enum kv_mget_result kv_mget(struct kv_store *s, unsigned w, const char *key, siz
 /* ---- storage commands ---- */
 
 /* memcached's item_size_ok: its header, key + NUL, flags when not 0, value + CRLF, cas. */
-static uint64_t mc_ntotal(const struct kv_store *s, size_t nkey, uint32_t flags, uint64_t nbytes)
+uint64_t kv_mc_ntotal(const struct kv_store *s, size_t nkey, uint32_t flags, uint64_t nbytes)
 {
 	return MC_ITEM_HDR + nkey + 1 + (flags ? 4 : 0) + nbytes + 2 + (s->cfg.use_cas ? 8 : 0);
 }
@@ -502,7 +502,7 @@ struct kv_new *kv_alloc(struct kv_store *s, unsigned w, const char *key, size_t 
 	struct kv_item *it;
 
 	kv_enter(s, w);
-	if (nkey == 0 || nkey > KV_KEY_MAX || mc_ntotal(s, nkey, flags, nbytes) > s->cfg.item_max) {
+	if (nkey == 0 || nkey > KV_KEY_MAX || kv_mc_ntotal(s, nkey, flags, nbytes) > s->cfg.item_max) {
 		*res = KV_TOO_LARGE;
 		return NULL;
 	}
@@ -577,7 +577,7 @@ static int store_concat(struct kv_store *s, unsigned w, struct kv_item *it, stru
 	struct kv_item *nu;
 	uint8_t *v;
 
-	if (mc_ntotal(s, it->nkey, old->flags, n) > s->cfg.item_max)
+	if (kv_mc_ntotal(s, it->nkey, old->flags, n) > s->cfg.item_max)
 		return KV_NOT_STORED;
 	nu = alloc_locked(s, w, kv_item_size(it->nkey, (uint32_t)n), l, spare);
 	if (!nu)
@@ -854,7 +854,7 @@ static int arith_locked(struct kv_store *s, unsigned w, uint64_t hv, const char 
 		ws_inc(s, w, incr ? KV_WS_INCR_MISSES : KV_WS_DECR_MISSES);
 		return KV_NOT_FOUND;
 	}
-	if (old->nbytes == 0 || mc_ntotal(s, nkey, old->flags, old->nbytes) > MC_CHUNK_MAX)
+	if (old->nbytes == 0 || kv_mc_ntotal(s, nkey, old->flags, old->nbytes) > MC_CHUNK_MAX)
 		return KV_NON_NUMERIC;      /* memcached: empty or chunked values are not numbers */
 	if (cas_in && cas_in != atomic_load_explicit(&old->cas, memory_order_relaxed))
 		return KV_EXISTS;

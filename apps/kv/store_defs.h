@@ -203,6 +203,7 @@ struct kv_store {
 	uint32_t huge_cursor;                /* next window to empty for a page run */
 	_Atomic uint64_t slabs_moved;        /* pages emptied for another class */
 	_Atomic uint64_t crawler_starts;     /* expiry crawler passes */
+	_Atomic bool crawler_off;            /* lru_crawler disable */
 	struct kv_lock orphan_lock;
 	_Atomic bool have_orphans;
 	struct kv_item *orphans;             /* limbo left by workers that went offline */
@@ -223,6 +224,8 @@ static inline struct kv_item *chunk_at(const struct kv_store *s, uint32_t page, 
 
 /* slab.c */
 int kv_slab_init(struct kv_store *s, char *err, size_t errlen);
+/* memcached's item size for these fields (its item_size_ok): what stats and dumps show */
+uint64_t kv_mc_ntotal(const struct kv_store *s, size_t nkey, uint32_t flags, uint64_t nbytes);
 void kv_slab_fini(struct kv_store *s);
 unsigned kv_slab_class(const struct kv_store *s, size_t size);
 bool kv_slab_fits(const struct kv_store *s, const struct kv_item *it, size_t size);

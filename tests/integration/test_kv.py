@@ -602,6 +602,76 @@ def test_multiget_over_a_mebibyte(fpkv, memcached):
     assert after.startswith(b"VERSION")
 
 
+CRAWLER_CMDS = [b"lru_crawler metadump abc", b"lru_crawler metadump 0", b"lru_crawler metadump 63",
+                b"lru_crawler metadump 64", b"lru_crawler crawl 99", b"lru_crawler crawl abc",
+                b"lru_crawler crawl all", b"lru_crawler sleep abc", b"lru_crawler sleep 5000000",
+                b"lru_crawler sleep 100", b"lru_crawler tocrawl abc", b"lru_crawler tocrawl 10",
+                b"lru_crawler enable", b"lru_crawler disable", b"lru_crawler disable",
+                b"lru_crawler enable", b"lru_crawler metadump all extra", b"lru_crawler crawl",
+                b"lru_crawler", b"lru_crawler bogus"]
+
+
+def metadump(c, arg=b"all"):
+    """The lines of one metadump, up to END."""
+    c.s.sendall(b"lru_crawler metadump " + arg + b"\r\n")
+    while not c.buf.endswith(b"END\r\n"):
+        c._fill()
+    lines, c.buf = c.buf[:-5].split(b"\n")[:-1], b""
+    return lines
+
+
+def crawler_session(srv, many):
+    c = Conn(srv.host, srv.port)
+    try:
+        assert c.cmd(b"set a 5 0 1\r\nx") == b"STORED"
+        assert c.cmd(b"set b%20c 7 100 2\r\nyy") == b"STORED"
+        assert c.cmd(b"set k~.-_Zz9/\xc3\xa9+ 0 0 1\r\nz") == b"STORED"
+        assert c.cmd(b"set gone 0 -1 1\r\nq") == b"STORED"      # expired at once
+        assert c.cmd(b"set del 0 0 1\r\nd") == b"STORED"
+        assert c.cmd(b"delete del") == b"DELETED"
+        assert c.get(b"a") == b"x"
+        dump = metadump(c)
+        hashed = metadump(c, b"hash")
+        one = metadump(c, b"1,")
+        answers = [c.cmd(x) for x in CRAWLER_CMDS]
+        settings = c.stats(b"settings")["lru_crawler"]
+        big = []
+        if many:
+            v = b"v" * 10
+            for base in range(0, many, 2000):
+                c.sync(b"".join(b"set m%06d 0 0 %d noreply\r\n%s\r\n" % (i, len(v), v)
+                                for i in range(base, min(base + 2000, many))))
+            big = metadump(c)
+        return dump, hashed, one, answers, settings, big
+    finally:
+        c.close()
+
+
+def test_lru_crawler_as_memcached(fpkv, memcached):
+    """Issue 16, item 19: lru_crawler's subcommands answer as memcached 1.6 answers, and
+    metadump lists the live items as memcached's crawler does: the same lines (last access
+    and expiry are each process's clock, so they are compared in form only; the order is
+    each server's), the expired and deleted items left out; 40,000 items come through a
+    full output buffer whole (the dump stops for room and resumes)."""
+    import re
+    times = re.compile(rb"(exp=(?!-1)\d+|la=\d+)")
+
+    def norm(lines):
+        return sorted(times.sub(lambda m: m.group(0).split(b"=")[0] + b"=T", x) for x in lines)
+
+    with Started(memcached_cmd(memcached), ["-t", "1"]) as srv:
+        want = crawler_session(srv, 40000)
+    with Started(fpkv_kernel(fpkv), ["-t", "1"]) as srv:
+        got = crawler_session(srv, 40000)
+    for w, g in zip(want[:3], got[:3]):
+        assert norm(g) == norm(w), (g, w)
+    assert len(got[0]) == 3 and not any(b"gone" in x or b"del" in x for x in got[0])
+    assert got[3] == want[3], list(zip(CRAWLER_CMDS, got[3], want[3]))
+    assert got[4] == want[4] == "yes"
+    assert len(got[5]) == len(want[5]) == 40003
+    assert len(set(got[5])) == 40003       # nothing twice across the resumptions
+
+
 def expiry_reuse(srv):
     """Ten 66,560-byte values that expire in 2 s, 4 s of waiting, ten more that do not:
     total_malloced before and after, and what stats says was reclaimed."""

@@ -179,10 +179,8 @@ static void complete(struct vs_core *c, struct vs_flow *f)
 			c->order_errors++;
 		f->next_seq = q->seq + 1;
 		c->replies++;
-		if (idx >= r->warm) {
+		if (idx >= r->warm)
 			fp_hist_record(&c->lat, t > q->t_arr ? t - q->t_arr : 0);
-			c->measured++;
-		}
 	}
 	if (virt(c))
 		r->replied += f->sf.batch.n;
@@ -194,14 +192,13 @@ static void complete(struct vs_core *c, struct vs_flow *f)
 
 /* Run @f's batch: the run's own cost, then every request's service time. Its end (the
  * replies, or the trip home) is the core's next step. */
-static void run_flow(struct vs_core *c, struct vs_flow *f, bool stolen, uint64_t t0)
+static void run_flow(struct vs_core *c, struct vs_flow *f, uint64_t t0)
 {
 	uint64_t svc = 0;
 
 	for (struct fp_shuf_ev *e = f->sf.batch.head; e; e = e->next)
 		svc += fp_container_of(e, struct vs_req, ev)->svc_ns;
 	c->batches++;
-	c->stolen_runs += stolen;
 	charge(c, c->run->cfg->costs.run_ns);
 	spent(c, VS_K_RUN, t0, 1);
 	if (virt(c))
@@ -322,7 +319,7 @@ static bool decide(struct vs_core *c)
 	}
 	sf = fp_shuf_take(&r->sh, c->id);
 	if (sf) {
-		run_flow(c, fp_container_of(sf, struct vs_flow, sf), false, t0);
+		run_flow(c, fp_container_of(sf, struct vs_flow, sf), t0);
 		return true;
 	}
 	if (r->cfg->sched == VS_SCHED_STEAL && fp_shuf_any_ready(&r->sh, c->id)) {
@@ -332,7 +329,6 @@ static bool decide(struct vs_core *c)
 	}
 	if (r->cfg->sched == VS_SCHED_STEAL)
 		kick_busy_homes(c);
-	c->idle_passes++;
 	spent(c, VS_K_POLL, t0, 1);
 	return false;
 }
@@ -359,7 +355,7 @@ bool vs_step(struct vs_core *c)
 		sf = fp_shuf_steal(&c->run->sh, c->id);
 		spent(c, VS_K_STEAL, t0, 1);
 		if (sf) {
-			run_flow(c, fp_container_of(sf, struct vs_flow, sf), true, tick(c));
+			run_flow(c, fp_container_of(sf, struct vs_flow, sf), tick(c));
 			return true;
 		}
 		/* another thief was first: look again */

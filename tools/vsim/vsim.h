@@ -112,9 +112,7 @@ struct vs_core {
 	bool parked;
 	uint64_t irq_at;             /* an interrupt due at this time (0: none) */
 	/* counters */
-	uint64_t idle_passes;
-	uint64_t frames, replies, batches, stolen_runs, kicks, irqs, order_errors;
-	uint64_t measured;           /* requests counted in @lat */
+	uint64_t frames, replies, batches, kicks, irqs, order_errors;
 	struct fp_hist lat;          /* sojourn, ns */
 	/* real world: the NIC queue, interrupts (a signal), and time spent per step kind */
 	struct fp_ring *nic;
@@ -145,7 +143,6 @@ struct vs_run {
 	uint64_t end_ns;             /* virtual or real duration */
 	uint64_t gen_late_max_ns;    /* real: the generator's worst lateness */
 	uint64_t gen_late_count;     /* real: arrivals posted more than 1 us late */
-	double real_costs_valid;
 };
 
 /* Results of one point. */

@@ -65,7 +65,7 @@ void rt_ctx_fini(struct fp_ctx *ctx)
  * grow its call array cannot keep its API's promise, and this is at most a few MB. */
 static void rt_grow(void **arr, unsigned *cap, size_t size)
 {
-	unsigned ncap = *cap * 2;
+	unsigned ncap = *cap ? *cap * 2 : 8;
 	void *n = realloc(*arr, (size_t)ncap * size);
 
 	if (!n) {
@@ -75,6 +75,12 @@ static void rt_grow(void **arr, unsigned *cap, size_t size)
 	memset((char *)n + (size_t)*cap * size, 0, (size_t)(ncap - *cap) * size);
 	*arr = n;
 	*cap = ncap;
+}
+
+void rt_reserve(void **arr, unsigned *cap, unsigned need, size_t size)
+{
+	while (*cap < need)
+		rt_grow(arr, cap, size);
 }
 
 struct fp_call *fp_call_push(struct fp_ctx *ctx, uint16_t type)

@@ -78,6 +78,10 @@ struct fp_ctx {
 	struct fp_rt_worker_stats stats_local;
 };
 
+/* Grow @*arr (of @*cap elements of @size bytes, the new ones zeroed) to hold @need;
+ * aborts on ENOMEM, as every worker array does (api.c). */
+void rt_reserve(void **arr, unsigned *cap, unsigned need, size_t size);
+
 /* steal.c: ZygOS's scheduler over the shuffle layer (--sched steal). */
 int rt_steal_setup(struct rt_run *run);
 void rt_steal_teardown(struct rt_run *run);

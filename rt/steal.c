@@ -72,28 +72,10 @@ struct rt_steal_wk {
 	struct rt_sev *free_ev;       /* free events (linked through link.next) */
 	struct fp_cond *conds;        /* a batch's conditions, built for the handler */
 	unsigned cap_conds;
-	uint64_t stolen_runs, local_runs, remote_calls, refused_calls;
+	uint64_t stolen_runs, local_runs, remote_calls;
 } fp_aligned_cache;
 
 #define SFLOW(p) fp_container_of((p), struct rt_sflow, sf)
-
-static void *grow(void *arr, unsigned *cap, unsigned need, size_t size)
-{
-	unsigned n = *cap ? *cap : 8;
-	void *p;
-
-	while (n < need)
-		n *= 2;
-	if (n == *cap)
-		return arr;
-	p = realloc(arr, (size_t)n * size);
-	if (!p) {
-		log_err("rt: out of memory for the scheduler (%u entries)", n);
-		abort();   /* as api.c's arrays: the API's promise cannot be kept otherwise */
-	}
-	*cap = n;
-	return p;
-}
 
 /* ---- the home's table of flows ---- */
 
@@ -205,16 +187,15 @@ static bool call_allowed(const struct rt_sflow *s, const struct fp_call *c)
 
 /* Home: execute @s's calls in order; their returns become the flow's, for its next
  * batch. */
-static void exec_flow_calls(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s,
+static void exec_flow_calls(struct fp_ctx *ctx, struct rt_sflow *s,
 			    struct fp_call *calls, unsigned n)
 {
-	s->rets = grow(s->rets, &s->cap_rets, s->n_rets + n, sizeof(*s->rets));
+	rt_reserve((void **)&s->rets, &s->cap_rets, s->n_rets + n, sizeof(*s->rets));
 	for (unsigned i = 0; i < n; i++) {
 		struct fp_call *c = &calls[i];
 
 		if (!call_allowed(s, c)) {
 			c->ret = -EINVAL;
-			w->refused_calls++;
 		} else if (s->closed) {
 			c->ret = -ENOTCONN;
 		} else {
@@ -230,14 +211,7 @@ static void exec_flow_calls(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt
 /* Append @n returns to the worker's own, handed up with its next ordinary round. */
 static void rets_to_home(struct fp_ctx *ctx, const struct fp_call *r, unsigned n)
 {
-	if (!n)
-		return;
-	while (ctx->n_rets + n > ctx->cap_rets) {
-		unsigned cap = ctx->cap_rets;
-		ctx->rets = grow(ctx->rets, &cap, ctx->n_rets + n, sizeof(*ctx->rets));
-		memset(ctx->rets + ctx->cap_rets, 0, (size_t)(cap - ctx->cap_rets) * sizeof(*ctx->rets));
-		ctx->cap_rets = cap;
-	}
+	rt_reserve((void **)&ctx->rets, &ctx->cap_rets, ctx->n_rets + n, sizeof(*ctx->rets));
 	memcpy(ctx->rets + ctx->n_rets, r, (size_t)n * sizeof(*r));
 	ctx->n_rets += n;
 }
@@ -249,7 +223,7 @@ static void finish(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s
 	ev_free_list(w, &s->sf.batch);
 	if (s->close_waiting && !s->closed) {
 		s->close_waiting = false;
-		exec_flow_calls(ctx, w, s, &s->waiting, 1);
+		exec_flow_calls(ctx, s, &s->waiting, 1);
 	}
 	if (s->closed) {
 		ev_free_list(w, &s->sf.inbox);   /* the transport has let the flow go */
@@ -267,7 +241,7 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	unsigned n = 0, n_rets = s->n_rets;
 	bool home = s->sf.home == ctx->worker;
 
-	w->conds = grow(w->conds, &w->cap_conds, s->sf.batch.n, sizeof(*w->conds));
+	rt_reserve((void **)&w->conds, &w->cap_conds, s->sf.batch.n, sizeof(*w->conds));
 	for (struct fp_shuf_ev *e = s->sf.batch.head; e; e = e->next)
 		w->conds[n++] = fp_container_of(e, struct rt_sev, link)->c;
 	s->n_rets = 0;
@@ -276,7 +250,7 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	if (home) {
 		w->local_runs++;
 		ctx->stats->sched_local++;
-		exec_flow_calls(ctx, w, s, ctx->calls, ctx->n_calls);
+		exec_flow_calls(ctx, s, ctx->calls, ctx->n_calls);
 		ctx->n_calls = 0;
 		finish(ctx, w, s);
 		return;
@@ -285,8 +259,8 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	unsigned n_iov = 0;
 	for (unsigned i = 0; i < ctx->n_calls; i++)
 		n_iov += ctx->calls[i].iov ? ctx->calls[i].iovcnt : 0;
-	s->calls = grow(s->calls, &s->cap_calls, ctx->n_calls, sizeof(*s->calls));
-	s->iov = grow(s->iov, &s->cap_iov, n_iov, sizeof(*s->iov));
+	rt_reserve((void **)&s->calls, &s->cap_calls, ctx->n_calls, sizeof(*s->calls));
+	rt_reserve((void **)&s->iov, &s->cap_iov, n_iov, sizeof(*s->iov));
 	s->n_iov = 0;
 	for (unsigned i = 0; i < ctx->n_calls; i++) {
 		struct fp_call *c = &s->calls[i];
@@ -328,7 +302,7 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	while ((sf = fp_shuf_returned(sh, me))) {
 		struct rt_sflow *s = SFLOW(sf);
 
-		exec_flow_calls(ctx, w, s, s->calls, s->n_calls);
+		exec_flow_calls(ctx, s, s->calls, s->n_calls);
 		w->remote_calls += s->n_calls;
 		ctx->stats->sched_remote_calls += s->n_calls;
 		s->n_calls = 0;
@@ -338,9 +312,13 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	/* 2. conditions of established flows to their flows; a flow KNOCKed in this round is
 	 * not accepted yet (its conditions carry the listener's cookie): they stay with
 	 * the KNOCK, in order, in the ordinary round */
+	bool knocks = false;
+
+	for (unsigned i = 0; i < ctx->n_conds && !knocks; i++)
+		knocks = ctx->conds[i].type == FP_COND_KNOCK;
 	for (unsigned i = 0; i < ctx->n_conds; i++) {
 		struct fp_cond *c = &ctx->conds[i];
-		struct rt_sflow *s = flow_cond(c->type) && !knocked_now(ctx, i) ?
+		struct rt_sflow *s = flow_cond(c->type) && !(knocks && knocked_now(ctx, i)) ?
 				     flow_get(run, w, me, c->flow) : NULL;
 
 		if (s)

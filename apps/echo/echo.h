@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <flowplane/clock.h>
 #include <flowplane/hist.h>
 #include <flowplane/rt.h>
 
@@ -14,6 +15,31 @@
 #define ECHO_MAX_UNREAD     (256u << 10)   /* server: input kept unread (its output full)
 					    * before TCP stops the client */
 #define ECHO_RETRY_US       10000u         /* a failed connection is retried after this */
+
+/* The spin protocol (apps/loadgen/lg.h): a 16-byte little-endian header, u32 magic
+ * "SPIN", u32 total length (16..65536), u64 service_ns; spin.c and spin_native.c serve it. */
+#define SPIN_MAGIC     0x4e495053u
+#define SPIN_HDR       16u
+#define SPIN_MAX_LEN   65536u
+#define SPIN_MAX_NS    (60ull * FP_NS_PER_S)   /* the client's own cap */
+
+static inline uint64_t echo_le(const uint8_t *p, unsigned n)
+{
+	uint64_t v = 0;
+
+	while (n--)
+		v = v << 8 | p[n];
+	return v;
+}
+
+/* Busy-wait @ns on the TSC (calibrated by fp_rt_run before the workers start). */
+static inline void echo_spin_for(uint64_t ns)
+{
+	uint64_t end = fp_rdtsc() + fp_ns_to_cycles(ns);
+
+	while (fp_rdtsc() < end)
+		__builtin_ia32_pause();
+}
 
 enum echo_mode { ECHO_SERVER, ECHO_CLIENT, ECHO_PINGPONG, ECHO_SPIN };
 

@@ -21,28 +21,7 @@
  * cannot be one (bad magic, impossible length) resets the connection.
  */
 
-#define SPIN_MAGIC     0x4e495053u     /* "SPIN", lg.h's LG_SPIN_MAGIC */
-#define SPIN_HDR       16u
-#define SPIN_MAX_LEN   65536u
-#define SPIN_MAX_NS    (60ull * FP_NS_PER_S)   /* the client's own cap */
 
-static uint64_t le(const uint8_t *p, unsigned n)
-{
-	uint64_t v = 0;
-
-	while (n--)
-		v = v << 8 | p[n];
-	return v;
-}
-
-/* Busy-wait @ns on the TSC (calibrated by fp_rt_run before the workers start). */
-static void spin_for(uint64_t ns)
-{
-	uint64_t end = fp_rdtsc() + fp_ns_to_cycles(ns);
-
-	while (fp_rdtsc() < end)
-		__builtin_ia32_pause();
-}
 
 static size_t spin_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 {
@@ -50,9 +29,9 @@ static size_t spin_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 
 	while (len - off >= SPIN_HDR) {
 		const uint8_t *h = data + off;
-		uint64_t total = le(h + 4, 4), ns = le(h + 8, 8);
+		uint64_t total = echo_le(h + 4, 4), ns = echo_le(h + 8, 8);
 
-		if (le(h, 4) != SPIN_MAGIC || total < SPIN_HDR || total > SPIN_MAX_LEN) {
+		if (echo_le(h, 4) != SPIN_MAGIC || total < SPIN_HDR || total > SPIN_MAX_LEN) {
 			fp_ctx_count(fp_evl_ctx(fp_evl_of(c)), 0, 1);
 			fp_evl_abort(c);
 			return len;
@@ -61,7 +40,7 @@ static size_t spin_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 			break;                  /* its padding is still on the way */
 		if (fp_evl_pending(c) + SPIN_HDR > ECHO_MAX_PENDING)
 			break;                  /* no room to answer: shown again later */
-		spin_for(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
+		echo_spin_for(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
 		if (fp_evl_write(c, h, SPIN_HDR) == -EPIPE)
 			return len;             /* closing: nothing more goes back */
 		fp_ctx_count(fp_evl_ctx(fp_evl_of(c)), 1, 0);

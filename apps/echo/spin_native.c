@@ -28,10 +28,6 @@
  * the home worker (a closed flow's last returns go home, rt/steal.c).
  */
 
-#define SPIN_MAGIC   0x4e495053u
-#define SPIN_HDR     16u
-#define SPIN_MAX_LEN 65536u
-#define SPIN_MAX_NS  (60ull * FP_NS_PER_S)
 
 struct nconn {
 	struct nconn *prev, *next;    /* the home worker's connections (only it touches them) */
@@ -74,22 +70,6 @@ static void conn_free(struct nconn *c)
 	free(c);
 }
 
-static uint64_t le(const uint8_t *p, unsigned n)
-{
-	uint64_t v = 0;
-
-	while (n--)
-		v = v << 8 | p[n];
-	return v;
-}
-
-static void spin_for(uint64_t ns)
-{
-	uint64_t end = fp_rdtsc() + fp_ns_to_cycles(ns);
-
-	while (fp_rdtsc() < end)
-		__builtin_ia32_pause();
-}
 
 static bool reserve(uint8_t **buf, size_t *cap, size_t need)
 {
@@ -123,9 +103,9 @@ static void serve(struct fp_ctx *ctx, struct nconn *c)
 
 	while (c->in_len - off >= SPIN_HDR) {
 		const uint8_t *h = c->in + off;
-		uint64_t total = le(h + 4, 4), ns = le(h + 8, 8);
+		uint64_t total = echo_le(h + 4, 4), ns = echo_le(h + 8, 8);
 
-		if (le(h, 4) != SPIN_MAGIC || total < SPIN_HDR || total > SPIN_MAX_LEN) {
+		if (echo_le(h, 4) != SPIN_MAGIC || total < SPIN_HDR || total > SPIN_MAX_LEN) {
 			conn_abort(ctx, c);
 			return;
 		}
@@ -135,7 +115,7 @@ static void serve(struct fp_ctx *ctx, struct nconn *c)
 			conn_abort(ctx, c);
 			return;
 		}
-		spin_for(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
+		echo_spin_for(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
 		memcpy(c->out + c->out_len, h, SPIN_HDR);
 		c->out_len += SPIN_HDR;
 		c->want_send = true;

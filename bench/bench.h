@@ -33,3 +33,4 @@ void bench_ring(const struct bench_opts *o);
 void bench_pool(const struct bench_opts *o);
 void bench_timer(const struct bench_opts *o);
 void bench_hist(const struct bench_opts *o);
+void bench_steer(const struct bench_opts *o);

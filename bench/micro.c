@@ -119,5 +119,6 @@ int main(int argc, char **argv)
 	bench_pool(&o);
 	bench_timer(&o);
 	bench_hist(&o);
+	bench_steer(&o);
 	return 0;
 }

@@ -329,6 +329,22 @@ static bool arp_spa_learnable(const struct fp_stack *st, uint32_t spa)
 	return spa != 0 && (spa >> 28) < 0xe;
 }
 
+void fp_stack_arp_learn(struct fp_stack *st, const struct fp_mbuf *m)
+{
+	struct fp_arp a;
+	struct fp_eth eth;
+	struct fp_eth_addr zero = {{ 0 }};
+
+	if (m->next || fp_eth_parse(fp_mbuf_data(m), m->data_len, &eth) ||
+	    eth.type != FP_ETH_TYPE_ARP || eth.n_vlan ||
+	    fp_arp_parse(fp_mbuf_data(m) + eth.hdr_len, m->data_len - eth.hdr_len, &a) ||
+	    (a.op != FP_ARP_OP_REQUEST && a.op != FP_ARP_OP_REPLY) || a.spa == st->cfg.ipv4 ||
+	    fp_eth_addr_is_multicast(&a.sha) || fp_eth_addr_eq(&a.sha, &zero) ||
+	    !arp_spa_learnable(st, a.spa))
+		return;
+	arp_merge(st, &a, a.tpa == st->cfg.ipv4);
+}
+
 void arp_input(struct fp_stack *st, struct fp_mbuf *m)
 {
 	struct fp_arp a;

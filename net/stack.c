@@ -113,7 +113,7 @@ static int stack_init(struct fp_stack *st, const struct fp_stack_config *cfg, ui
 	/* The Toeplitz table only steers ephemeral ports across queues (tcp.c
 	 * port_steers_here); with one queue any port will do and it is never read. Expanding
 	 * it costs more than the rest of stack creation together (12 x 256 entries). */
-	if (st->cfg.n_queues > 1)
+	if (st->cfg.n_queues > 1 || st->cfg.steer_table)
 		fp_rss_init(&st->rss, st->cfg.rss_key);
 	st->tx.v = calloc(NET_QUEUE_INIT_CAP, sizeof(*st->tx.v));
 	st->ev.v = calloc(NET_QUEUE_INIT_CAP, sizeof(*st->ev.v));

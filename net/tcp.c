@@ -359,10 +359,13 @@ int fp_tcp_unlisten(struct fp_stack *st, uint16_t port)
 static bool port_steers_here(const struct fp_stack *st, uint32_t raddr, uint16_t rport,
 			     uint16_t lport)
 {
-	if (st->cfg.n_queues <= 1)
+	if (st->cfg.n_queues <= 1 && !st->cfg.steer_table)
 		return true;
 	uint32_t h = fp_rss_ipv4_l4(&st->rss, htonl(raddr), htonl(st->cfg.ipv4), htons(rport),
 				    htons(lport));
+	if (st->cfg.steer_table)
+		return __atomic_load_n(&st->cfg.steer_table[fp_rss_group(h)], __ATOMIC_RELAXED) ==
+		       st->cfg.queue_id;
 	return h % st->cfg.n_queues == st->cfg.queue_id;
 }
 

@@ -54,6 +54,8 @@ struct rt_run {
 	struct rt_steal_wk *swk;
 	uint32_t steal_max_flows;     /* flows a worker may have under the scheduler */
 	atomic_uint steal_in_loop;    /* workers inside their loop (rt_steal_enter/leave) */
+	/* flow groups in software (steer.c): xdp with several workers; NULL otherwise */
+	struct rt_steer *steer;
 };
 
 struct fp_ctx {
@@ -94,6 +96,42 @@ void rt_steal_counts(const struct rt_run *run, unsigned worker, uint64_t *stolen
 /* The round without the scheduler (api.c): handler on the conditions and returns, then
  * the calls. */
 unsigned rt_ctx_round_plain(struct fp_ctx *ctx);
+
+/* steer.c: IX's flow groups where the device cannot steer. rt_steer_classify() returns
+ * a frame's group (0..FP_RSS_GROUPS-1) by the symmetric Toeplitz hash of its 4-tuple,
+ * RT_STEER_ARP, or RT_STEER_HERE (the worker that received it handles it: not IPv4
+ * TCP/UDP, a fragment, a VLAN, too short to say). */
+#define RT_STEER_HERE (-1)
+#define RT_STEER_ARP  (-2)
+struct fp_rss;
+struct fp_devq;
+struct fp_stack;
+struct fp_pool_cache;
+struct fp_mbuf;
+int rt_steer_classify(const struct fp_rss *rss, const uint8_t *frame, uint32_t len);
+/* The table (from --steer-weights), the rings, the wake-up eventfds; one line in @err. */
+int rt_steer_create(struct rt_run *run, char *err, size_t errlen);
+/* After every worker stopped: free frames still in the rings, close the queues. */
+void rt_steer_destroy(struct rt_run *run);
+const uint16_t *rt_steer_table(const struct rt_steer *s);
+/* @q is @worker's: rt_steer_destroy closes it, once no other stack can hold its buffers. */
+void rt_steer_own(struct rt_steer *s, unsigned worker, struct fp_devq *q);
+int rt_steer_wake_fd(const struct rt_steer *s, unsigned worker);
+/* A worker's counters as it stops (its record may be private); summed for the end line:
+ * frames handed out, taken, dropped, received. */
+void rt_steer_tally(struct rt_steer *s, unsigned worker, const struct fp_rt_worker_stats *st);
+void rt_steer_totals(const struct rt_steer *s, uint64_t out[4]);
+/* Keep in @rx (in place) the frames of @me's groups, hand the others over; returns the
+ * frames kept. */
+unsigned rt_steer_rx(struct rt_steer *s, unsigned me, struct fp_pool_cache *c,
+		     struct fp_mbuf **rx, unsigned n, struct fp_rt_worker_stats *st);
+/* Up to @max frames other workers handed to @me (ARP copies are learned here). */
+unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_stack *stack,
+		       struct fp_pool_cache *c, struct fp_mbuf **out, unsigned max,
+		       struct fp_rt_worker_stats *st);
+/* Before sleeping: false when frames already wait (do not sleep); after: done. */
+bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me);
+void rt_steer_sleep_done(struct rt_steer *s, unsigned me);
 
 /* Set up / tear down @ctx's arrays and timers; 0 or -ENOMEM. */
 int rt_ctx_init(struct fp_ctx *ctx, struct rt_run *run, unsigned worker,

@@ -47,6 +47,12 @@ const char fp_rt_options_help[] =
 	"  --workers N           worker threads, one per core (default 1)\n"
 	"  --cores LIST          cores to pin workers to: 0,2 or 0-3 (default 0..N-1)\n"
 	"  --queue-base Q        xdp: worker i owns queue Q+i (default 0)\n"
+	"  --steer groups|queue  xdp, several workers: a frame goes to the worker that owns\n"
+	"                        its flow's group (IX's 128 flow groups by the symmetric\n"
+	"                        Toeplitz hash; frames arriving elsewhere are handed over;\n"
+	"                        the default) or stays with the queue it arrived on\n"
+	"  --steer-weights LIST  groups per worker in proportion, e.g. 1,1,2 (ethtool -X\n"
+	"                        weight; 0 gives a worker none; default equal)\n"
 	"  --batch B             frames per stack pass, 1..1024 (default 64)\n"
 	"  --idle MODE           when idle: poll (keep polling), sleep (spin --spin-us, then\n"
 	"                        sleep; the default) or adaptive (spin only as long as the\n"
@@ -72,7 +78,8 @@ const char fp_rt_options_help[] =
 	"  --stats NAME|none     stats segment /dev/shm/flowplane-NAME (default: pid)\n";
 
 const char *const fp_rt_option_names[] = {
-	"net", "kernel-io", "if", "ip", "gw", "workers", "cores", "queue-base", "batch", "idle",
+	"net", "kernel-io", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
+	"steer-weights", "batch", "idle",
 	"sched", "spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", NULL,
 };
@@ -176,6 +183,34 @@ static int opt_bool(const char *opt, const char *val, bool *out, char *err, size
 		return -1;
 	*out = w & 1;
 	return 1;
+}
+
+/* "1,1,2": one weight per worker, at least one of them nonzero. */
+static int opt_weights(struct fp_rt_config *cfg, const char *val, char *err, size_t errlen)
+{
+	const char *p = val;
+	unsigned n = 0, sum = 0;
+
+	while (*p) {
+		char *end;
+		long w;
+		errno = 0;
+		w = strtol(p, &end, 10);
+		if (errno || end == p || w < 0 || w > 1000 || n == FP_RT_MAX_WORKERS ||
+		    (*end && *end != ','))
+			goto bad;
+		cfg->steer_weights[n++] = (unsigned)w;
+		sum += (unsigned)w;
+		p = *end ? end + 1 : end;
+	}
+	if (!n || !sum)
+		goto bad;
+	cfg->n_steer_weights = n;
+	return 1;
+bad:
+	snprintf(err, errlen, "--steer-weights: '%s' is not a list of weights 0..1000 like "
+		 "1,1,2 (one per worker, at most %d, not all 0)", val, FP_RT_MAX_WORKERS);
+	return -1;
 }
 
 /* "0,2,5" or "0-3" or both mixed. */
@@ -308,6 +343,13 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		cfg->idle = (enum fp_idle)w;
 		return 1;
 	}
+	if (!strcmp(opt, "steer")) {
+		static const char *const steers[] = { "groups", "queue", NULL }; /* fp_steer */
+		if ((w = opt_word(opt, val, steers, err, errlen)) < 0)
+			return -1;
+		cfg->steer = (enum fp_steer)w;
+		return 1;
+	}
 	if (!strcmp(opt, "sched")) {
 		if ((w = opt_word(opt, val, scheds, err, errlen)) < 0)
 			return -1;
@@ -330,6 +372,8 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		return opt_ipv4(opt, val, &cfg->gateway, NULL, err, errlen);
 	if (!strcmp(opt, "cores"))
 		return opt_cores(cfg, val, err, errlen);
+	if (!strcmp(opt, "steer-weights"))
+		return opt_weights(cfg, val, err, errlen);
 	if (!strcmp(opt, "stats"))
 		return opt_stats(cfg, val, err, errlen);
 	if (!strcmp(opt, "rx-drop"))
@@ -406,6 +450,7 @@ struct rt_start {
 	int sig_fd;
 	sigset_t old_mask;
 	unsigned n_threads;
+	bool started;                     /* every worker thread was started */
 	struct rt_thread threads[FP_RT_MAX_WORKERS];
 	char err[256];
 };
@@ -511,6 +556,14 @@ static int step_config(struct rt_start *s)
 			       -EINVAL;
 		}
 	}
+	if (c->n_steer_weights && (c->transport != FP_TRANSPORT_XDP || c->n_workers < 2 ||
+				   c->steer != FP_STEER_GROUPS))
+		return snprintf(s->err, sizeof(s->err), "--steer-weights needs flow groups: the "
+				"xdp transport, --steer groups and several workers"), -EINVAL;
+	if (c->n_steer_weights && c->n_steer_weights != c->n_workers)
+		return snprintf(s->err, sizeof(s->err), "--steer-weights lists %u weights for %u "
+				"workers; give one per worker", c->n_steer_weights, c->n_workers),
+		       -EINVAL;
 	for (unsigned i = 0; c->transport == FP_TRANSPORT_PAIR && i < c->n_workers; i++)
 		if (!c->pair[i])
 			return snprintf(s->err, sizeof(s->err), "the pair transport needs "
@@ -744,6 +797,36 @@ static void step_workers_down(struct rt_start *s)
 	s->n_threads = 0;
 }
 
+/* Step "steer": on xdp with several workers, IX's flow groups in software (steer.c):
+ * the table, the hand-over rings. Its down runs after the workers are joined: it closes
+ * the queues, which must outlive every stack that may hold their buffers. */
+static int step_steer(struct rt_start *s)
+{
+	if (s->cfg.transport != FP_TRANSPORT_XDP || s->cfg.n_workers < 2 ||
+	    s->cfg.steer != FP_STEER_GROUPS)
+		return 0;
+	char why[200] = "";
+	int rc = rt_steer_create(&s->run, why, sizeof(why));
+	if (rc)
+		snprintf(s->err, sizeof(s->err), "--steer groups: %s", why);
+	return rc;
+}
+
+static void step_steer_down(struct rt_start *s)
+{
+	uint64_t t[4];   /* out, in, drop, rx */
+
+	if (!s->run.steer)
+		return;
+	rt_steer_totals(s->run.steer, t);
+	rt_steer_destroy(&s->run);
+	if (!s->cfg.quiet && s->started)
+		fprintf(stderr, "flowplane: steer: %llu of %llu frames received arrived on another "
+			"worker's queue: %llu handed over, %llu dropped (ring full)\n",
+			(unsigned long long)(t[0] + t[2]), (unsigned long long)t[3],
+			(unsigned long long)t[0], (unsigned long long)t[2]);
+}
+
 static int step_workers(struct rt_start *s)
 {
 	int err;
@@ -755,6 +838,7 @@ static int step_workers(struct rt_start *s)
 		}
 		s->n_threads++;
 	}
+	s->started = true;
 	return 0;
 }
 
@@ -772,6 +856,7 @@ static const struct rt_step {
 	{ "sched",   step_sched,   step_sched_down },
 	{ "signals", step_signals, step_signals_down },
 	{ "xdp",     step_xdp,     step_xdp_down },
+	{ "steer",   step_steer,   step_steer_down },
 	{ "workers", step_workers, step_workers_down },
 };
 

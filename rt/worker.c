@@ -11,6 +11,7 @@
 #include <flowplane/compiler.h>
 #include <flowplane/dev.h>
 #include <flowplane/net.h>
+#include <flowplane/rss.h>
 
 #include "defs.h"
 
@@ -46,6 +47,7 @@ struct rt_wk {
 	struct fp_devq *q;
 	struct fp_stack *st;
 	struct rt_run *run;
+	struct rt_steer *steer;           /* flow groups in software; NULL: none */
 	unsigned batch;
 	double rx_drop;
 	uint64_t rng;                     /* splitmix64 state for rx_drop */
@@ -220,17 +222,28 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 	struct fp_rt_worker_stats *s = w->ctx.stats;
 	unsigned n = w->q->ops->rx_burst(w->q, w->rx, w->batch);
 
+	unsigned taken = 0;
+
 	*got = n > 0;
-	if (!n)
-		return 0;
-	/* Queue depth at this poll: what we took plus what is still waiting. (Frames and
-	 * bytes the device counts already; rt_publish copies them.) */
-	s->rxq_hist[fp_rt_log2_bucket(n + w->q->ops->rx_ready(w->q))]++;
-	if (fp_unlikely(w->rx_drop > 0.0))
-		n = rt_rx_drop(w, n);
-	if (n)
-		fp_stack_input(w->st, w->rx, n, now);
-	return n;
+	if (n) {
+		/* Queue depth at this poll: what we took plus what is still waiting. (Frames
+		 * and bytes the device counts already; rt_publish copies them.) */
+		s->rxq_hist[fp_rt_log2_bucket(n + w->q->ops->rx_ready(w->q))]++;
+		if (fp_unlikely(w->rx_drop > 0.0))
+			n = rt_rx_drop(w, n);
+		if (w->steer)
+			n = rt_steer_rx(w->steer, w->ctx.worker, &w->q->cache, w->rx, n, s);
+		if (n)
+			fp_stack_input(w->st, w->rx, n, now);
+	}
+	/* Frames of our groups that arrived on other workers' queues (steer.c). */
+	if (w->steer &&
+	    (taken = rt_steer_take(w->steer, w->ctx.worker, w->st, &w->q->cache, w->rx,
+				   w->batch, s))) {
+		*got = true;
+		fp_stack_input(w->st, w->rx, taken, now);
+	}
+	return n + taken;
 }
 
 /* The device stayed full while the stack kept queueing: shed the excess, counted, rather
@@ -332,11 +345,17 @@ static void rt_sleep(struct rt_wk *w, uint64_t now)
 	if ((fd = w->q->ops->wait_fd(w->q)) < 0 || w->q->ops->rx_ready(w->q) ||
 	    rt_ctx_stopping(&w->ctx))
 		return;
-	struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
-			       { .fd = w->run->wake_fd, .events = POLLIN } };
+	if (w->steer && !rt_steer_sleep_prepare(w->steer, w->ctx.worker))
+		return;   /* frames handed over to us wait */
+	struct pollfd p[3] = { { .fd = fd, .events = POLLIN },
+			       { .fd = w->run->wake_fd, .events = POLLIN },
+			       { .fd = w->steer ? rt_steer_wake_fd(w->steer, w->ctx.worker) : -1,
+				 .events = POLLIN } };
 	t0 = fp_rdtsc();
-	poll(p, w->run->wake_fd >= 0 ? 2 : 1, timeout);
+	poll(p, 3, timeout);   /* poll() skips an fd of -1 */
 	t0 = fp_rdtsc() - t0;
+	if (w->steer)
+		rt_steer_sleep_done(w->steer, w->ctx.worker);
 	w->slept_cycles += t0;
 	w->ctx.stats->idle_cycles += t0;
 	w->ctx.stats->sleeps++;
@@ -440,8 +459,8 @@ static void rt_drain(struct rt_wk *w)
 static const struct rt_transport_ops rt_xdp_ops = { .name = "xdp", .exec = rt_exec };
 static const struct rt_transport_ops rt_pair_ops = { .name = "pair", .exec = rt_exec };
 
-static struct fp_stack *rt_stack_create(struct rt_wk *w, uint32_t addr, uint16_t n_queues,
-					uint64_t now)
+static struct fp_stack *rt_stack_create(struct rt_wk *w, unsigned worker, uint32_t addr,
+					uint16_t n_queues, uint64_t now)
 {
 	const struct fp_rt_config *cfg = w->run->cfg;
 	struct fp_stack_config sc = cfg->stack;
@@ -452,9 +471,15 @@ static struct fp_stack *rt_stack_create(struct rt_wk *w, uint32_t addr, uint16_t
 	sc.gateway = cfg->gateway;
 	sc.mtu = w->q->mtu;
 	sc.cache = &w->q->cache;
-	/* IX's outbound trick: ephemeral ports whose replies hash back to our queue. */
+	/* IX's outbound trick: ephemeral ports whose replies hash back to our queue, or with
+	 * flow groups, whose group is ours (steer.c's key and table). */
 	sc.queue_id = w->q->queue_id;
 	sc.n_queues = n_queues;
+	if (w->steer) {
+		sc.queue_id = (uint16_t)worker;
+		sc.rss_key = fp_rss_key_symmetric;
+		sc.steer_table = rt_steer_table(w->steer);
+	}
 	return fp_stack_create(&sc, now);
 }
 
@@ -466,6 +491,7 @@ static struct rt_wk *rt_wk_new(struct rt_run *run, unsigned worker, struct fp_de
 	if (!w)
 		return NULL;
 	w->run = run;
+	w->steer = run->steer;
 	w->q = q;
 	w->batch = cfg->batch;
 	w->rx_drop = cfg->rx_drop;
@@ -512,7 +538,7 @@ static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q
 
 	if (!w)
 		return -ENOMEM;
-	if (!(w->st = rt_stack_create(w, addr, n_queues, now))) {
+	if (!(w->st = rt_stack_create(w, worker, addr, n_queues, now))) {
 		ret = -errno;
 		fprintf(stderr, "flowplane: worker %u: stack: %s\n", worker, strerror(errno));
 		free(w);
@@ -522,6 +548,8 @@ static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q
 		w->ctx.local_addr = addr;
 		ret = rt_app_run(w);
 		rt_publish(w, rt_now_us());
+		if (w->steer)
+			rt_steer_tally(w->steer, worker, w->ctx.stats);
 	}
 	/* The held frames go back through the queue's cache; the stack first, then the
 	 * frames it handed to the device (their last references are the device's). */
@@ -547,13 +575,18 @@ int rt_worker_xdp(struct rt_run *run, unsigned worker, struct fp_xdp *x)
 			cfg->queue_base + worker, err[0] ? err : strerror(-ret));
 		return ret;
 	}
+	/* With flow groups another worker's stack may hold our buffers until it stops: the
+	 * queue closes once every worker has (rt_steer_destroy). */
+	if (run->steer)
+		rt_steer_own(run->steer, worker, q);
 	if (q->zerocopy)
 		atomic_fetch_add(&run->n_zerocopy, 1);
 	if (q->native)
 		atomic_fetch_add(&run->n_native, 1);
 	ret = rt_worker_body(run, worker, q, &rt_xdp_ops, cfg->ipv4,
 			     (uint16_t)fp_xdp_queues(x));
-	q->ops->close(q);
+	if (!run->steer)
+		q->ops->close(q);
 	return ret;
 }
 

@@ -391,6 +391,11 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 		printf(",\"sched_local\":%llu,\"sched_stolen\":%llu,\"sched_remote_calls\":%llu",
 		       (unsigned long long)w->sched_local, (unsigned long long)w->sched_stolen,
 		       (unsigned long long)w->sched_remote_calls);
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, steer_drop) +
+				 sizeof(w->steer_drop))
+		printf(",\"steer_out\":%llu,\"steer_in\":%llu,\"steer_drop\":%llu",
+		       (unsigned long long)w->steer_out, (unsigned long long)w->steer_in,
+		       (unsigned long long)w->steer_drop);
 	putchar('}');
 }
 

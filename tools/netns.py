@@ -3,7 +3,8 @@
 
 Used by the integration tests and the benchmarks, and by hand:
 
-    tools/netns.py up [--tag T]      create it (removing leftovers of the same tag first)
+    tools/netns.py up [--tag T] [--queues Q]   create it (removing leftovers of the same
+                                     tag first); Q queues per veth end for Q xdp workers
     tools/netns.py down [--tag T]    remove it
     tools/netns.py show [--tag T]    the names and addresses
 
@@ -32,7 +33,7 @@ SUBNET = "10.88.0."
 class Topo:
     """One server/client namespace pair; a context manager that always cleans up."""
 
-    def __init__(self, tag="fp", subnet=SUBNET):
+    def __init__(self, tag="fp", subnet=SUBNET, queues=1):
         if not tag or len(tag) > 8 or not tag.replace("-", "").isalnum():
             raise ValueError(f"tag '{tag}': 1-8 letters, digits or '-'")
         self.tag = tag
@@ -41,6 +42,7 @@ class Topo:
         self.fp_srv_ip, self.fp_cli_ip = subnet + "1", subnet + "2"
         self.srv_ip, self.cli_ip = subnet + "11", subnet + "12"
         self.prefix = 24
+        self.queues = queues          # rx and tx queues on each end of the veth
 
     # -- setup and teardown -------------------------------------------------------------
 
@@ -51,8 +53,9 @@ class Topo:
         try:
             self._ip("netns", "add", self.srv_ns)
             self._ip("netns", "add", self.cli_ns)
-            self._ip("link", "add", self.srv_if, "netns", self.srv_ns, "type", "veth",
-                     "peer", "name", self.cli_if, "netns", self.cli_ns)
+            q = ["numtxqueues", str(self.queues), "numrxqueues", str(self.queues)]
+            self._ip("link", "add", self.srv_if, "netns", self.srv_ns, *q, "type", "veth",
+                     "peer", "name", self.cli_if, "netns", self.cli_ns, *q)
             for ns, ifn, ip in ((self.srv_ns, self.srv_if, self.srv_ip),
                                 (self.cli_ns, self.cli_if, self.cli_ip)):
                 self.sh(ns, "sysctl", "-qw", f"net.ipv6.conf.{ifn}.disable_ipv6=1")
@@ -126,9 +129,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="the standard two-namespace veth topology")
     ap.add_argument("action", choices=["up", "down", "show"])
     ap.add_argument("--tag", default="fp", help="name prefix, 1-8 characters (default fp)")
+    ap.add_argument("--queues", type=int, default=1,
+                    help="rx/tx queues on each veth end, for several xdp workers (default 1)")
     a = ap.parse_args(argv)
     try:
-        t = Topo(a.tag)
+        t = Topo(a.tag, queues=a.queues)
         if a.action == "up":
             t.up()
         elif a.action == "down":

@@ -60,9 +60,12 @@ struct fp_stack_config {
 
 	/* Receive-side steering, for picking ephemeral ports (IX's outbound trick): a port is
 	 * chosen so the Toeplitz hash of the reply's 4-tuple lands on rx queue @queue_id of
-	 * @n_queues. n_queues 0 or 1 means any port will do. */
+	 * @n_queues. n_queues 0 or 1 means any port will do. With @steer_table (IX's flow
+	 * groups, FP_RSS_GROUPS entries: group -> worker, read as it is at each dial, since
+	 * a control plane may rewrite it), the port's group must map to @queue_id instead. */
 	uint16_t queue_id, n_queues;
 	const uint8_t *rss_key;      /* 40 bytes; NULL = fp_rss_key_default */
+	const uint16_t *steer_table;
 
 	uint32_t max_conns;          /* TCP control blocks, established and embryonic */
 	uint32_t syn_backlog;        /* embryonic conns per stack before SYN cookies are used */
@@ -108,6 +111,10 @@ unsigned fp_stack_reset_all(struct fp_stack *st);
 
 /* Hand @n received frames to the stack, which takes ownership of each. */
 void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, uint64_t now_us);
+
+/* An ARP frame another stack on the same address received: learn its sender (RFC 826's
+ * merge, as arp input does) without answering or counting it. The caller keeps @m. */
+void fp_stack_arp_learn(struct fp_stack *st, const struct fp_mbuf *m);
 
 /* Run what is due at @now_us (timers). Returns how many timers fired. */
 unsigned fp_stack_poll(struct fp_stack *st, uint64_t now_us);

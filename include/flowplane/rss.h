@@ -6,6 +6,12 @@
 
 #define FP_RSS_KEY_LEN 40
 
+/* IX's flow groups: the low bits of a flow's hash pick one of FP_RSS_GROUPS groups, as a
+ * NIC's 128-entry indirection table does; a table maps each group to a queue (worker). */
+#define FP_RSS_GROUPS 128
+
+static inline unsigned fp_rss_group(uint32_t hash) { return hash & (FP_RSS_GROUPS - 1); }
+
 /* Microsoft's verification key (the default of most NICs). */
 extern const uint8_t fp_rss_key_default[FP_RSS_KEY_LEN];
 

@@ -47,6 +47,12 @@ enum fp_idle { FP_IDLE_SLEEP = 0, FP_IDLE_POLL, FP_IDLE_ADAPTIVE };
  * that is idle (ZygOS: rt/steal.c; the application must be fp_app.steal_safe). */
 enum fp_sched { FP_SCHED_PART = 0, FP_SCHED_STEAL };
 
+/* Which worker handles a frame, on xdp with several workers: the worker that owns the
+ * flow's group (IX's flow groups: the symmetric Toeplitz hash of the 4-tuple, a table of
+ * FP_RSS_GROUPS groups to workers; a frame arriving on another worker's queue is handed
+ * over, rt/steer.c), or the worker whose queue it arrived on (the sender decides). */
+enum fp_steer { FP_STEER_GROUPS = 0, FP_STEER_QUEUE };
+
 #define FP_RT_MAX_WORKERS   64
 #define FP_RT_DEFAULT_BATCH 64
 #define FP_RT_MAX_BATCH     1024
@@ -69,6 +75,9 @@ struct fp_rt_config {
 	unsigned n_cores;                /* entries --cores listed (0: not from the command
 					  * line); fewer than n_workers is an error */
 	unsigned queue_base;             /* xdp: worker i owns queue queue_base + i */
+	enum fp_steer steer;             /* xdp, several workers: flow groups (default) */
+	unsigned steer_weights[FP_RT_MAX_WORKERS]; /* groups per worker, in proportion */
+	unsigned n_steer_weights;        /* 0: equal */
 	unsigned batch;                  /* B: frames per stack pass (default 64) */
 	enum fp_idle idle;
 	enum fp_sched sched;             /* default partitioned; steal implies --idle poll */

@@ -99,6 +99,12 @@ struct fp_rt_worker_stats {
 	 * other workers' flows it stole and ran; calls it executed for its own flows that
 	 * ran elsewhere. All 0 when partitioned. */
 	uint64_t sched_local, sched_stolen, sched_remote_calls;
+
+	/* flow groups on a device that cannot steer (rt/steer.c): frames this worker received
+	 * for another worker's group and handed over; frames it took from other workers;
+	 * frames it could not hand over (that worker's ring full: dropped). All 0 when every
+	 * frame arrives at home or the run has one worker. */
+	uint64_t steer_out, steer_in, steer_drop;
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

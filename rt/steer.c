@@ -100,8 +100,8 @@ int rt_steer_create(struct rt_run *run, char *err, size_t errlen)
 	memset(s->wk, 0, n * sizeof(*s->wk));
 	for (unsigned i = 0; i < n; i++)
 		s->wk[i].efd = -1;
-	/* ethtool -X's "weight": group g goes to the worker whose share of the groups it
-	 * falls in, in order; equal weights give g % n's spread, group by group. */
+	/* No weights: group g to worker g % n (ethtool -X equal). Weights (ethtool -X
+	 * weight): contiguous blocks of groups, each worker's in proportion to its weight. */
 	for (unsigned i = 0; i < n; i++)
 		total += cfg->n_steer_weights ? cfg->steer_weights[i] : 1;
 	for (unsigned g = 0, k = 0; g < FP_RSS_GROUPS; g++) {

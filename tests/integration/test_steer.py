@@ -131,13 +131,14 @@ def test_loadgen_ports_come_home(topo, build_dir, tmp_path):
     owns the flow, so neither side hands a data frame over."""
     lg = build_dir / "apps" / "loadgen" / "fp-loadgen"
     out = tmp_path / "lg.json"
-    with Server(topo, build_dir, "--idle", "poll", stats="l") as srv:
+    # both sides sleep when idle: four polling workers on two cores would starve each other
+    with Server(topo, build_dir, stats="l") as srv:
         time.sleep(0.1)
         before = sum(w["steer_out"] for w in srv.workers())   # the readiness probe's
         r = topo.sh(topo.cli_ns, lg, "--server", f"{topo.fp_srv_ip}:{PORT}", "--proto", "echo",
                     "--rate", "2k", "--duration", "1", "--warmup", "0.3", "--conns", "16",
                     "--if", topo.cli_if, "--ip", f"{topo.fp_cli_ip}/24", "--workers", "2",
-                    "--cores", "0,1", "--max-slip-us", "100000", "--timeout", "30000",
+                    "--cores", "0,1", "--idle", "sleep", "--max-slip-us", "100000", "--timeout", "30000",
                     "--stats", "none", "--json", out, check=False, timeout=120)
         assert r.returncode == 0, r.stderr
         time.sleep(0.1)

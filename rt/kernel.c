@@ -42,7 +42,9 @@
  *   - UDP_SEND needs a port bound by this worker's UDP_BIND: -ENOTCONN otherwise.
  *   - A KNOCKed flow works with the listener's cookie until ACCEPT replaces it.
  *   - With several workers each listens/binds its own socket with SO_REUSEPORT (the kernel
- *     spreads connections); one worker does not set it, so a taken port is -EADDRINUSE.
+ *     spreads connections by their hash, or with --kernel-steer cpu gives each to the
+ *     worker pinned to the CPU that received it, SO_INCOMING_CPU); one worker does not set
+ *     it, so a taken port is -EADDRINUSE.
  */
 
 int kt_sock_error(int fd)
@@ -330,6 +332,10 @@ static int kt_bind_socket(struct kt *kt, int type, uint16_t port)
 	kt_setopt(fd, SOL_SOCKET, SO_REUSEADDR, 1);
 	if (kt->reuseport)
 		kt_setopt(fd, SOL_SOCKET, SO_REUSEPORT, 1);
+	/* Linux 6.1+: a reuseport group prefers the socket whose SO_INCOMING_CPU is the CPU
+	 * that received the SYN (or datagram), then falls back to the hash. */
+	if (kt->incoming_cpu >= 0)
+		kt_setopt(fd, SOL_SOCKET, SO_INCOMING_CPU, kt->incoming_cpu);
 	if (type == SOCK_STREAM)
 		kt_setopt(fd, IPPROTO_TCP, TCP_NODELAY, 1);
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
@@ -736,6 +742,7 @@ static int kt_setup(struct kt *kt, struct rt_run *run, unsigned worker)
 	kt->cfg = run->cfg;
 	TAILQ_INIT(&kt->pending);
 	kt->reuseport = run->cfg->n_workers > 1;
+	kt->incoming_cpu = kt->reuseport && run->cfg->kernel_steer_cpu ? run->cfg->cores[worker] : -1;
 	kt_budgets(kt);
 	if (!(kt->pool = fp_pool_create(&pp)))
 		return -errno;

@@ -133,6 +133,7 @@ struct kt {
 	bool starved;                 /* a read found the pool empty this round */
 	bool backlog;                 /* events left for the next round: do not sleep */
 	bool reuseport;
+	int incoming_cpu;             /* SO_INCOMING_CPU for our listeners; -1: not set */
 	uint32_t rx_lent;             /* receive buffers lent to the kernel (io_uring's buffer
 				       * ring): out of the pool, but idle */
 	struct kt_pendq pending;

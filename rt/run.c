@@ -41,6 +41,9 @@ void fp_rt_config_init(struct fp_rt_config *cfg)
 const char fp_rt_options_help[] =
 	"  --net kernel|xdp      transport: Linux sockets (default) or AF_XDP (root)\n"
 	"  --kernel-io IO        kernel sockets via auto (io_uring, else epoll), uring, epoll\n"
+	"  --kernel-steer S      kernel, several workers: a connection goes to a worker by the\n"
+	"                        kernel's reuseport hash (hash, the default) or to the worker\n"
+	"                        pinned to the CPU that received it (cpu: SO_INCOMING_CPU)\n"
 	"  --if IFNAME           interface for AF_XDP (implies --net xdp)\n"
 	"  --ip A.B.C.D[/N]      our address (xdp: required, prefix default 24)\n"
 	"  --gw A.B.C.D          next hop for addresses off the subnet\n"
@@ -78,7 +81,7 @@ const char fp_rt_options_help[] =
 	"  --stats NAME|none     stats segment /dev/shm/flowplane-NAME (default: pid)\n";
 
 const char *const fp_rt_option_names[] = {
-	"net", "kernel-io", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
+	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "batch", "idle",
 	"sched", "spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", NULL,
@@ -185,26 +188,29 @@ static int opt_bool(const char *opt, const char *val, bool *out, char *err, size
 	return 1;
 }
 
-/* "1,1,2": one weight per worker, at least one of them nonzero. */
+/* "1,1,2": one weight per worker, at least one of them nonzero; the config changes only
+ * when the whole list is good. */
 static int opt_weights(struct fp_rt_config *cfg, const char *val, char *err, size_t errlen)
 {
+	unsigned w[FP_RT_MAX_WORKERS];
 	const char *p = val;
 	unsigned n = 0, sum = 0;
 
 	while (*p) {
 		char *end;
-		long w;
+		long v;
 		errno = 0;
-		w = strtol(p, &end, 10);
-		if (errno || end == p || w < 0 || w > 1000 || n == FP_RT_MAX_WORKERS ||
+		v = strtol(p, &end, 10);
+		if (errno || end == p || v < 0 || v > 1000 || n == FP_RT_MAX_WORKERS ||
 		    (*end && *end != ','))
 			goto bad;
-		cfg->steer_weights[n++] = (unsigned)w;
-		sum += (unsigned)w;
+		w[n++] = (unsigned)v;
+		sum += (unsigned)v;
 		p = *end ? end + 1 : end;
 	}
 	if (!n || !sum)
 		goto bad;
+	memcpy(cfg->steer_weights, w, n * sizeof(w[0]));
 	cfg->n_steer_weights = n;
 	return 1;
 bad:
@@ -341,6 +347,13 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		if ((w = opt_word(opt, val, idles, err, errlen)) < 0)
 			return -1;
 		cfg->idle = (enum fp_idle)w;
+		return 1;
+	}
+	if (!strcmp(opt, "kernel-steer")) {
+		static const char *const ks[] = { "hash", "cpu", NULL };
+		if ((w = opt_word(opt, val, ks, err, errlen)) < 0)
+			return -1;
+		cfg->kernel_steer_cpu = w == 1;
 		return 1;
 	}
 	if (!strcmp(opt, "steer")) {
@@ -891,23 +904,27 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 	if (c->transport == FP_TRANSPORT_KERNEL) {
 		/* What the workers chose (auto falls back to epoll where io_uring is refused). */
 		unsigned u = atomic_load(&s->run.n_uring);
-		snprintf(out, len, "kernel sockets (%s%s) on %s",
+		snprintf(out, len, "kernel sockets (%s%s) on %s%s",
 			 u == n ? "io_uring" : u == 0 ? "epoll" : "io_uring on some workers, epoll",
 			 c->kernel_io == FP_KERNEL_IO_AUTO ? ", auto" : "",
-			 c->ipv4 ? ip : "any address");
+			 c->ipv4 ? ip : "any address",
+			 n < 2 ? "" : c->kernel_steer_cpu ? ", connections to the worker on the CPU "
+			 "that received them" : ", connections spread by the reuseport hash");
 	}
 	else if (c->transport == FP_TRANSPORT_PAIR)
 		snprintf(out, len, "pair from %s/%u", ip, c->prefix_len);
 	else
 		snprintf(out, len, "xdp on %s %s/%u (mode %s: %u/%u queues zero-copy, %u/%u "
-			 "native)", c->ifname, ip, c->prefix_len, modes[c->xdp.mode],
-			 atomic_load(&s->run.n_zerocopy), n, atomic_load(&s->run.n_native), n);
+			 "native%s)", c->ifname, ip, c->prefix_len, modes[c->xdp.mode],
+			 atomic_load(&s->run.n_zerocopy), n, atomic_load(&s->run.n_native), n,
+			 s->run.steer ? "; 128 flow groups steered in software"
+			 : n > 1 ? "; a frame stays on its queue's worker" : "");
 }
 
 static void rt_summary(struct rt_start *s)
 {
 	const struct fp_rt_config *c = &s->cfg;
-	char net[160], cores[200], stats[96], idle[48];
+	char net[256], cores[200], stats[96], idle[48];
 
 	summary_net(s, net, sizeof(net));
 	cores_str(c, cores, sizeof(cores));

@@ -62,6 +62,9 @@ struct fp_rt_config {
 	enum fp_transport transport;     /* default: kernel, or xdp when @ifname is set */
 	bool transport_set;              /* --net given: --if does not imply xdp */
 	enum fp_kernel_io kernel_io;     /* kernel transport: default auto */
+	bool kernel_steer_cpu;           /* kernel, several workers: a connection goes to the
+					  * worker pinned to the CPU that received its SYN
+					  * (SO_INCOMING_CPU) instead of the reuseport hash */
 	const char *ifname;              /* xdp: the interface */
 	uint32_t ipv4;                   /* xdp: our address; kernel: listen/bind address
 					  * (0 = any); pair: worker i is @ipv4 + i, each

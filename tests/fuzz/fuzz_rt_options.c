@@ -33,7 +33,9 @@
  *
  * One thing the parser does that rt.h leaves open is tolerated, and named here so a
  * reader knows it was seen: a bad --cores list may have overwritten some cores[] entries
- * before it failed (n_cores and cores_set do not change, so nothing reads them). Error
+ * before it failed (n_cores and cores_set do not change, so nothing reads them). A bad
+ * --steer-weights list changes nothing (this target found one that left a valid count
+ * over weights all 0). Error
  * messages quote the value with control characters replaced, so they are always one
  * line (this target first found a value with a newline making two).
  */
@@ -82,6 +84,15 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 		F(n_workers);
 	else if (!strcmp(opt, "queue-base"))
 		F(queue_base);
+	else if (!strcmp(opt, "kernel-steer"))
+		F(kernel_steer_cpu);
+	else if (!strcmp(opt, "steer"))
+		F(steer);
+	else if (!strcmp(opt, "steer-weights"))
+		memcpy(to->steer_weights, from->steer_weights, sizeof(to->steer_weights)),
+		F(n_steer_weights);
+	else if (!strcmp(opt, "sched"))
+		F(sched);
 	else if (!strcmp(opt, "batch"))
 		F(batch);
 	else if (!strcmp(opt, "idle"))
@@ -142,7 +153,16 @@ static bool points_into(const char *p, const char *lo, const char *hi)
 static void check_config(const struct fp_rt_config *c, const char *lo, const char *hi)
 {
 	CHECK(c->transport == FP_TRANSPORT_KERNEL || c->transport == FP_TRANSPORT_XDP);
-	CHECK(c->idle == FP_IDLE_SLEEP || c->idle == FP_IDLE_POLL);
+	CHECK(c->idle == FP_IDLE_SLEEP || c->idle == FP_IDLE_POLL || c->idle == FP_IDLE_ADAPTIVE);
+	CHECK(c->sched == FP_SCHED_PART || c->sched == FP_SCHED_STEAL);
+	CHECK(c->steer == FP_STEER_GROUPS || c->steer == FP_STEER_QUEUE);
+	CHECK(c->n_steer_weights <= FP_RT_MAX_WORKERS);
+	unsigned wsum = 0;
+	for (unsigned i = 0; i < c->n_steer_weights; i++) {
+		CHECK(c->steer_weights[i] <= 1000);
+		wsum += c->steer_weights[i];
+	}
+	CHECK(!c->n_steer_weights || wsum > 0);
 	CHECK(c->kernel_io == FP_KERNEL_IO_AUTO || c->kernel_io == FP_KERNEL_IO_URING ||
 	      c->kernel_io == FP_KERNEL_IO_EPOLL);
 	CHECK(c->xdp.mode == FP_XDP_AUTO || c->xdp.mode == FP_XDP_NATIVE ||

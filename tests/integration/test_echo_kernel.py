@@ -12,6 +12,7 @@ import signal
 import socket
 import socketserver
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -332,3 +333,51 @@ def test_startup_line_names_the_engine(build_dir, io, engine):
         assert f"kernel sockets ({engine})" in line, line
     else:  # auto names what it chose: io_uring, or epoll where io_uring is refused
         assert "(io_uring, auto)" in line or "(epoll, auto)" in line, line
+
+
+STEER_CLIENT = r"""
+import os, socket, sys
+os.sched_setaffinity(0, {int(sys.argv[3])})
+for i in range(int(sys.argv[2])):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), 5)
+    s.sendall(b"%06d" % i)
+    got = b""
+    while len(got) < 6:
+        c = s.recv(6 - len(got))
+        assert c, "closed early"
+        got += c
+    assert got == b"%06d" % i
+    s.close()
+print("ok")
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("steer", ["hash", "cpu"])
+def test_kernel_steer(build_dir, tmp_path, steer):
+    """Two workers on cores 0 and 1; a client on CPU 1 opens 24 connections over loopback
+    (its SYNs are received on CPU 1). --kernel-steer cpu (SO_INCOMING_CPU) gives every
+    one to the worker on core 1; the default reuseport hash spreads them over both."""
+    port, name = free_port(), f"ks{os.getpid()}{steer}"
+    p = subprocess.Popen([str(exe(build_dir)), "server", "--net", "kernel", "--ip", HOST,
+                          "--port", str(port), "--workers", "2", "--cores", "0,1",
+                          "--kernel-steer", steer, "--stats", name],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_accepting(port, p)     # this probe's connection lands anywhere: counted below
+        fps = build_dir / "tools" / "fp-stats"
+        before = json.loads(run([fps, "--name", name, "--totals"]).stdout.splitlines()[-1])
+        r = run([sys.executable, "-c", STEER_CLIENT, port, 24, 1])
+        assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+        time.sleep(0.1)
+        after = json.loads(run([fps, "--name", name, "--totals"]).stdout.splitlines()[-1])
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=10)
+    assert p.returncode == 0, err
+    ops = [a["app_ops"] - b["app_ops"] for a, b in zip(after["workers"], before["workers"])]
+    assert sum(ops) == 24, ops          # fp-echo counts one op per message echoed
+    if steer == "cpu":
+        assert ops == [0, 24], ops
+    else:
+        assert ops[0] > 0 and ops[1] > 0, ops   # all 24 by one hash: 2^-23

@@ -309,6 +309,77 @@ unsigned fp_stack_reset_all(struct fp_stack *st)
 	return n;
 }
 
+/* ---- flow-group migration ---- */
+
+int fp_stack_tcp_export(struct fp_stack *st, const uint64_t groups[2], struct fp_tcp_conn **out)
+{
+	struct tcp_stack *ts = st->tcp;
+	struct fp_tcp_conn *c, *next, *chain = NULL;
+	int n = 0;
+
+	*out = NULL;
+	if (!ts || (!st->cfg.steer_table && st->cfg.n_queues <= 1))
+		return -EINVAL;
+	if (st->ev.count)
+		return -EBUSY;   /* an event still names a conn: deliver it here first */
+	for (c = ts->all; c; c = next) {
+		next = c->all_next;
+		if (c->state == FP_TCP_LISTEN)
+			continue;
+		unsigned g = fp_rss_group(fp_rss_ipv4_l4(&st->rss, htonl(c->raddr), htonl(c->laddr),
+							 htons(c->rport), htons(c->lport)));
+		if (!(groups[g / 64] >> (g % 64) & 1))
+			continue;
+		/* out of the table (remembering it was in), the wheel, the list, the counts */
+		bool hashed = c->flags & TCP_CF_HASHED;
+		tcp_hash_remove(st, c);
+		if (hashed)
+			c->flags |= TCP_CF_HASHED;
+		fp_timer_cancel(&st->wheel, &c->timer);
+		*c->all_pprev = c->all_next;
+		if (c->all_next)
+			c->all_next->all_pprev = c->all_pprev;
+		ts->n_conns--;
+		if (c->flags & TCP_CF_LIMITED)
+			ts->n_limited--;
+		if (c->flags & TCP_CF_EMBRYONIC)
+			ts->n_embryonic--;
+		c->st = NULL;
+		c->all_next = chain;
+		chain = c;
+		n++;
+	}
+	*out = chain;
+	return n;
+}
+
+void fp_stack_tcp_import(struct fp_stack *st, struct fp_tcp_conn *chain)
+{
+	struct tcp_stack *ts = st->tcp;
+	struct fp_tcp_conn *c, *next;
+
+	for (c = chain; c; c = next) {
+		next = c->all_next;
+		c->st = st;
+		c->all_next = ts->all;
+		if (ts->all)
+			ts->all->all_pprev = &c->all_next;
+		ts->all = c;
+		c->all_pprev = &ts->all;
+		ts->n_conns++;
+		if (c->flags & TCP_CF_LIMITED)
+			ts->n_limited++;
+		if (c->flags & TCP_CF_EMBRYONIC)
+			ts->n_embryonic++;
+		if (c->flags & TCP_CF_HASHED) {
+			c->flags &= ~TCP_CF_HASHED;
+			tcp_hash_insert(st, c);
+		}
+		fp_timer_init(&c->timer, tcp_timer_fire);
+		tcp_timer_update(st, c);
+	}
+}
+
 uint32_t fp_stack_tcp_conns(const struct fp_stack *st)
 {
 	return st->tcp ? st->tcp->n_conns : 0;

@@ -109,6 +109,29 @@ void fp_stack_destroy(struct fp_stack *st);
  * events are raised. Returns the RSTs queued. */
 unsigned fp_stack_reset_all(struct fp_stack *st);
 
+/*
+ * IX's flow-group migration, the stacks' half: move TCP connections between two stacks on
+ * the same address (two workers), by flow group.
+ *
+ * fp_stack_tcp_export() takes out of @st every TCP connection but the listeners whose
+ * 4-tuple falls in a group set in @groups (FP_RSS_GROUPS bits; the group of the symmetric
+ * or configured hash, as net.h's steer_table uses it): out of its table, its timer wheel
+ * and its counters, with everything it holds (unacknowledged and out-of-order segments,
+ * received buffers the application has not released). The conns are chained on *@out
+ * (the caller treats the chain as opaque); the return is how many, or -EBUSY while the
+ * stack has undelivered events (export between rounds, once fp_stack_events drained it),
+ * -EINVAL if the stack has no steering key. Handles, cookies and every deadline stay as
+ * they were: the application keeps using the same fp_tcp_conn pointer, on the new stack.
+ *
+ * fp_stack_tcp_import() adopts such a chain on @st (same address, same configuration):
+ * into its table and wheel; a deadline already past fires at the next poll. Buffers keep
+ * their pool, and return to it when freed (pool.h: a foreign buffer goes to its pool's
+ * depot), so the exporting stack's pool must outlive them.
+ */
+struct fp_tcp_conn;
+int fp_stack_tcp_export(struct fp_stack *st, const uint64_t groups[2], struct fp_tcp_conn **out);
+void fp_stack_tcp_import(struct fp_stack *st, struct fp_tcp_conn *chain);
+
 /* Hand @n received frames to the stack, which takes ownership of each. */
 void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, uint64_t now_us);
 

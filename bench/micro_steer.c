@@ -88,7 +88,8 @@ static void one_thread(void *arg, uint64_t n)
 	for (uint64_t done = 0; done < n; done += BURST) {
 		unsigned k = fill(b, ms, done);
 		bench_sink(rt_steer_rx(b->run.steer, 0, &b->cache[0], ms, k, &b->st[0]));
-		unsigned got = rt_steer_take(b->run.steer, 1, NULL, &b->cache[1], ms, BURST, &b->st[1]);
+		unsigned got = rt_steer_take(b->run.steer, 1, NULL, NULL, &b->cache[1], ms, BURST, 0,
+					     &b->st[1]);
 		for (unsigned i = 0; i < got; i++)
 			fp_mbuf_free(&b->cache[1], ms[i]);
 	}
@@ -102,7 +103,8 @@ static void *taker(void *arg)
 	if (b->cpu1 >= 0)
 		bench_pin(b->cpu1);
 	for (;;) {
-		unsigned got = rt_steer_take(b->run.steer, 1, NULL, &b->cache[1], ms, BURST, &b->st[1]);
+		unsigned got = rt_steer_take(b->run.steer, 1, NULL, NULL, &b->cache[1], ms, BURST, 0,
+					     &b->st[1]);
 		for (unsigned i = 0; i < got; i++)
 			fp_mbuf_free(&b->cache[1], ms[i]);
 		if (!got) {

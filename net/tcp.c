@@ -380,6 +380,27 @@ void fp_stack_tcp_import(struct fp_stack *st, struct fp_tcp_conn *chain)
 	}
 }
 
+struct fp_tcp_conn *fp_tcp_chain_next(const struct fp_tcp_conn *c) { return c->all_next; }
+
+void fp_tcp_chain_free(struct fp_tcp_conn *chain, struct fp_pool_cache *cache)
+{
+	while (chain) {
+		struct fp_tcp_conn *next = chain->all_next;
+		struct fp_mbuf *lists[3] = { chain->rtx_head, chain->held_head, chain->ooo_head };
+		for (unsigned i = 0; i < 3; i++)
+			for (struct fp_mbuf *m = lists[i], *n; m; m = n) {
+				n = tcp_mb(m)->next;
+				fp_mbuf_free(cache, m);
+			}
+		free(chain);
+		chain = next;
+	}
+}
+
+bool fp_tcp_app_holds(const struct fp_tcp_conn *c) { return (c->flags & TCP_CF_APP) != 0; }
+
+uint64_t fp_tcp_cookie(const struct fp_tcp_conn *c) { return c->cookie; }
+
 uint32_t fp_stack_tcp_conns(const struct fp_stack *st)
 {
 	return st->tcp ? st->tcp->n_conns : 0;

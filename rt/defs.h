@@ -125,10 +125,20 @@ void rt_steer_totals(const struct rt_steer *s, uint64_t out[4]);
  * frames kept. */
 unsigned rt_steer_rx(struct rt_steer *s, unsigned me, struct fp_pool_cache *c,
 		     struct fp_mbuf **rx, unsigned n, struct fp_rt_worker_stats *st);
-/* Up to @max frames other workers handed to @me (ARP copies are learned here). */
-unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_stack *stack,
-		       struct fp_pool_cache *c, struct fp_mbuf **out, unsigned max,
-		       struct fp_rt_worker_stats *st);
+/* Up to @max frames other workers handed to @me (ARP copies are learned here; a group
+ * arriving is adopted here, and what was held for it goes up at once). */
+unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_ctx *ctx,
+		       struct fp_stack *stack, struct fp_pool_cache *c, struct fp_mbuf **out,
+		       unsigned max, uint64_t now, struct fp_rt_worker_stats *st);
+/* Flow-group migration. Main thread: ask @g's owner to move it to worker @to (0, or
+ * -EINVAL, -EBUSY: a move of it or by its owner is under way, -EALREADY). The owner, at
+ * the end of each round: start or finish what it was asked (rt_steer_moves). A worker
+ * leaving its loop: rt_steer_worker_exit, before its stack goes. */
+int rt_steer_ask_move(struct rt_steer *s, unsigned g, unsigned to);
+void rt_steer_moves(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct fp_stack *stack,
+		    struct fp_rt_worker_stats *st);
+void rt_steer_worker_exit(struct rt_steer *s, unsigned me, struct fp_stack *stack,
+			  struct fp_pool_cache *c);
 /* Before sleeping: false when frames already wait (do not sleep); after: done. */
 bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me);
 void rt_steer_sleep_done(struct rt_steer *s, unsigned me);

@@ -999,6 +999,37 @@ static void rt_starve_check(struct rt_start *s, uint64_t now_us, uint64_t span_u
 	}
 }
 
+/* A command from the stats segment's channel (fp-ctl): checked, passed on, answered. */
+static void rt_command(struct rt_start *s)
+{
+	struct fp_rt_stats_hdr *h = s->run.stats_hdr;
+	uint64_t seq;
+	int r;
+
+	if (!h || (seq = __atomic_load_n(&h->cmd.seq, __ATOMIC_ACQUIRE)) <= h->cmd.done_seq)
+		return;
+	uint32_t op = h->cmd.op, a0 = h->cmd.arg0, a1 = h->cmd.arg1;
+	switch (op) {
+	case FP_RT_CMD_MOVE_GROUP:
+		if (!s->run.steer || s->run.sh)
+			r = -EOPNOTSUPP;   /* no flow groups here, or --sched steal */
+		else if (!s->run.app->steal_safe)
+			r = -EPERM;        /* the application's flows cannot change worker */
+		else
+			r = rt_steer_ask_move(s->run.steer, a0, a1);
+		break;
+	default:
+		r = -EINVAL;
+		break;
+	}
+	h->cmd.result = r;
+	if (r)
+		h->cmd.rejected++;
+	else
+		h->cmd.accepted++;
+	__atomic_store_n(&h->cmd.done_seq, seq, __ATOMIC_RELEASE);
+}
+
 /* The main thread's part: wait for a signal or for the run to stop by itself. */
 static void rt_wait(struct rt_start *s)
 {
@@ -1016,11 +1047,13 @@ static void rt_wait(struct rt_start *s)
 			rt_summary(s);
 			told = true;
 		}
-		if (poll(p, 2, told ? 100 : 5) > 0 && (p[0].revents & POLLIN) &&
+		/* with flow groups it also answers commands, within about 10 ms */
+		if (poll(p, 2, !told ? 5 : s->run.steer ? 10 : 100) > 0 && (p[0].revents & POLLIN) &&
 		    read(s->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 			atomic_store(&s->run.stop, true);
 			rt_run_wake(&s->run);
 		}
+		rt_command(s);
 		uint64_t now = rt_now_us();
 		if (now - last_check >= RT_STARVE_CHECK_US) {
 			rt_starve_check(s, now, now - last_check);

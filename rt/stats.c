@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -237,11 +238,12 @@ void rt_stats_destroy(struct rt_run *run, const char *name)
 		shm_unlink(path);
 }
 
-/* Readers: map read-only and check that this is a layout we understand. */
-const struct fp_rt_stats_hdr *fp_rt_stats_open(const char *name, size_t *size_out)
+/* Readers map read-only, the controller read-write (the command channel); both check
+ * that this is a layout they understand. */
+static struct fp_rt_stats_hdr *stats_open(const char *name, size_t *size_out, bool rw)
 {
 	char path[RT_STATS_NAME_MAX + 16];
-	const struct fp_rt_stats_hdr *h;
+	struct fp_rt_stats_hdr *h;
 	struct stat sb;
 	int fd;
 
@@ -250,14 +252,15 @@ const struct fp_rt_stats_hdr *fp_rt_stats_open(const char *name, size_t *size_ou
 		return NULL;
 	}
 	rt_stats_path(name, path, sizeof(path));
-	if ((fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0)) < 0)
+	if ((fd = shm_open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0)) < 0)
 		return NULL;
 	if (fstat(fd, &sb) < 0 || (size_t)sb.st_size < sizeof(*h)) {
 		close(fd);
 		errno = EPROTO;
 		return NULL;
 	}
-	h = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	h = mmap(NULL, (size_t)sb.st_size, rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+		 fd, 0);
 	close(fd);
 	if (h == MAP_FAILED)
 		return NULL;
@@ -273,4 +276,14 @@ const struct fp_rt_stats_hdr *fp_rt_stats_open(const char *name, size_t *size_ou
 	if (size_out)
 		*size_out = (size_t)sb.st_size;
 	return h;
+}
+
+const struct fp_rt_stats_hdr *fp_rt_stats_open(const char *name, size_t *size_out)
+{
+	return stats_open(name, size_out, false);
+}
+
+struct fp_rt_stats_hdr *fp_rt_stats_open_rw(const char *name, size_t *size_out)
+{
+	return stats_open(name, size_out, true);
 }

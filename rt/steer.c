@@ -38,6 +38,17 @@
  * handled where it arrived and a copy goes to every other worker to learn from
  * (fp_stack_arp_learn, which never answers).
  *
+ * Groups move between workers (IX's flow-group migration, rt_steer_move_* below): the old
+ * owner A marks the group's entry "moving to B" (one store), takes the group's TCP
+ * connections out of its stack between two rounds (fp_stack_tcp_export), lets the
+ * application move its per-flow entries (fp_app.flow_leave), and sends B one message
+ * through the A->B ring with the connections and the returns of the calls A executed for
+ * them last. Meanwhile every frame of the group goes to B, which holds it; a frame A
+ * still finds on its way to itself (from a ring) it forwards to B. B takes the message
+ * in order with the frames on that ring, adopts the connections (fp_stack_tcp_import,
+ * flow_arrive), clears the mark, and passes the held frames up in the order they came:
+ * nothing dropped, nothing reordered within a ring.
+ *
  * The key is the symmetric one (rss.h): a frame and its reply hash alike, so a stack that
  * picks an ephemeral port whose group is its own (net.h's steer_table) gets the replies
  * home, and fp-loadgen with the same table and as many workers sends each flow on the
@@ -45,12 +56,38 @@
  */
 #define RT_STEER_RING  512      /* frames in flight from one worker to another */
 #define RT_STEER_LEARN 1ul      /* tag on a ring entry: an ARP copy to learn from */
+#define RT_STEER_MSG   2ul      /* tag on a ring entry: a group arriving (struct rt_move) */
+#define RT_STEER_TAGS  3ul
+#define RT_STEER_HOLD  4096     /* frames a worker holds for groups on their way to it */
+#define RT_MOVING      FP_RT_GROUP_MOVING
+#define RT_OWNER_MASK  0x7fffu
+
+/* A group on its way from one worker to another: what the old owner sends. */
+struct rt_move {
+	unsigned group, from;
+	uint64_t t0_ns;                /* when the old owner switched the table */
+	struct fp_tcp_conn *chain;     /* fp_stack_tcp_export's */
+	unsigned n_conns;
+	unsigned n_flows;              /* flows the application was told about */
+	struct rt_move_flow { struct fp_flow *flow; uint64_t cookie; } *flows;
+	unsigned n_rets;               /* returns of calls for these flows, not yet seen */
+	struct fp_call *rets;
+};
 
 struct rt_steer_wk {
 	atomic_int sleeping;          /* in poll(): a producer must write @efd */
 	int efd;                      /* eventfd, in the worker's poll set */
 	struct fp_devq *q;            /* the worker's queue (closed by rt_steer_destroy) */
 	uint64_t tally[4];            /* out, in, drop, rx frames: the worker's last word */
+	atomic_uint req;              /* a move asked of this worker (the group's owner):
+				       * (group << 16 | to) + 1, 0 for none */
+	/* only the worker touches what follows */
+	uint32_t move_req;            /* the move it is doing, as @req; 0: none */
+	struct rt_move *move_msg;     /* built, not yet sent (the ring was full) */
+	uint64_t move_t0;             /* when it switched the table for move_req */
+	unsigned n_hold;              /* frames held for groups on their way here */
+	struct fp_mbuf *hold[RT_STEER_HOLD];
+	uint8_t hold_g[RT_STEER_HOLD];
 } fp_aligned_cache;
 
 struct rt_steer {
@@ -60,6 +97,7 @@ struct rt_steer {
 					* may move groups) */
 	struct fp_ring **rings;       /* [src * n + dst]: src produces, dst consumes */
 	struct rt_steer_wk *wk;
+	uint16_t *shown;              /* the stats header's copy of the table, or NULL */
 };
 
 int rt_steer_classify(const struct fp_rss *rss, const uint8_t *p, uint32_t len)
@@ -118,6 +156,12 @@ int rt_steer_create(struct rt_run *run, char *err, size_t errlen)
 		}
 		s->table[g] = (uint16_t)k;
 	}
+	if (run->stats_hdr) {
+		s->shown = run->stats_hdr->groups;
+		run->stats_hdr->n_groups = FP_RSS_GROUPS;
+		for (unsigned g = 0; g < FP_RSS_GROUPS; g++)
+			s->shown[g] = s->table[g];
+	}
 	for (unsigned i = 0; i < n; i++) {
 		if ((s->wk[i].efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
 			snprintf(err, errlen, "eventfd: %s", strerror(errno));
@@ -138,6 +182,15 @@ nomem:
 	return -ENOMEM;
 }
 
+static void move_free(struct rt_move *mv, struct fp_pool_cache *c)
+{
+	if (c)
+		fp_tcp_chain_free(mv->chain, c);
+	free(mv->flows);
+	free(mv->rets);
+	free(mv);
+}
+
 void rt_steer_destroy(struct rt_run *run)
 {
 	struct rt_steer *s = run->steer;
@@ -150,8 +203,14 @@ void rt_steer_destroy(struct rt_run *run)
 	for (unsigned i = 0; s->rings && i < s->n * s->n; i++) {
 		void *m;
 		while (s->rings[i] && fp_ring_dequeue_burst(s->rings[i], &m, 1)) {
-			struct fp_mbuf *mb = (struct fp_mbuf *)((uintptr_t)m & ~RT_STEER_LEARN);
 			struct fp_devq *src = s->wk[i / s->n].q;
+			if ((uintptr_t)m & RT_STEER_MSG) {
+				/* a group sent as the run stopped: its connections go with it */
+				move_free((struct rt_move *)((uintptr_t)m & ~RT_STEER_TAGS),
+					  src ? &src->cache : NULL);
+				continue;
+			}
+			struct fp_mbuf *mb = (struct fp_mbuf *)((uintptr_t)m & ~RT_STEER_TAGS);
 			if (src)
 				fp_mbuf_free(&src->cache, mb);
 		}
@@ -229,31 +288,75 @@ static void share_arp(struct rt_steer *s, unsigned me, struct fp_pool_cache *c,
 	}
 }
 
+/* Hold @m (of group @g, on its way here) until the group arrives; false when full. */
+static bool hold(struct rt_steer_wk *w, struct fp_mbuf *m, unsigned g)
+{
+	if (w->n_hold == RT_STEER_HOLD)
+		return false;
+	w->hold[w->n_hold] = m;
+	w->hold_g[w->n_hold++] = (uint8_t)g;
+	return true;
+}
+
+/* Hand @m to worker @d; a full ring drops it (a loss TCP repairs). */
+static void hand(struct rt_steer *s, unsigned me, unsigned d, struct fp_pool_cache *c,
+		 struct fp_mbuf *m, uint64_t *touched, uint64_t *counter,
+		 struct fp_rt_worker_stats *st)
+{
+	void *p = m;
+
+	if (fp_ring_sp_enqueue_burst(s->rings[me * s->n + d], &p, 1) == 1) {
+		*touched |= 1ull << d;
+		(*counter)++;
+	} else {
+		fp_mbuf_free(c, m);
+		st->steer_drop++;
+	}
+}
+
+/* Where a frame of @g goes from worker @me: 0 keep, 1 hold, 2 hand to *@d. */
+static int route(const struct rt_steer *s, unsigned me, int g, unsigned *d)
+{
+	if (g < 0)
+		return 0;
+	unsigned e = __atomic_load_n(&s->table[g], __ATOMIC_ACQUIRE), o = e & RT_OWNER_MASK;
+	if (o >= s->n)
+		return 0;
+	if (o != me) {
+		*d = o;
+		return 2;
+	}
+	return (e & RT_MOVING) ? 1 : 0;
+}
+
 unsigned rt_steer_rx(struct rt_steer *s, unsigned me, struct fp_pool_cache *c,
 		     struct fp_mbuf **rx, unsigned n, struct fp_rt_worker_stats *st)
 {
 	uint64_t touched = 0;
-	unsigned kept = 0;
+	unsigned kept = 0, d = 0;
 
 	for (unsigned i = 0; i < n; i++) {
 		struct fp_mbuf *m = rx[i];
 		int g = m->next ? RT_STEER_HERE
 				: rt_steer_classify(&s->rss, fp_mbuf_data(m), m->data_len);
-		unsigned d = g >= 0 ? __atomic_load_n(&s->table[g], __ATOMIC_RELAXED) : me;
 
 		if (g == RT_STEER_ARP)
 			share_arp(s, me, c, m, &touched);
-		if (d == me || d >= s->n) {
+		switch (route(s, me, g, &d)) {
+		case 0:
 			rx[kept++] = m;
-			continue;
-		}
-		void *p = m;
-		if (fp_ring_sp_enqueue_burst(s->rings[me * s->n + d], &p, 1) == 1) {
-			touched |= 1ull << d;
-			st->steer_out++;
-		} else {
-			fp_mbuf_free(c, m);   /* the ring is full: a loss TCP repairs */
-			st->steer_drop++;
+			break;
+		case 1:
+			if (hold(&s->wk[me], m, (unsigned)g)) {
+				st->move_held++;
+			} else {
+				fp_mbuf_free(c, m);
+				st->steer_drop++;
+			}
+			break;
+		default:
+			hand(s, me, d, c, m, &touched, &st->steer_out, st);
+			break;
 		}
 	}
 	if (touched)
@@ -261,30 +364,263 @@ unsigned rt_steer_rx(struct rt_steer *s, unsigned me, struct fp_pool_cache *c,
 	return kept;
 }
 
-unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_stack *stack,
-		       struct fp_pool_cache *c, struct fp_mbuf **out, unsigned max,
-		       struct fp_rt_worker_stats *st)
+/* The group of @mv arrives here: adopt its connections and returns, then pass up what
+ * was held for it, in the order it came. */
+static void arrive(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct fp_stack *stack,
+		   struct rt_move *mv, uint64_t now, struct fp_rt_worker_stats *st)
 {
-	unsigned got = 0;
+	const struct fp_app *app = ctx->run->app;
+	struct rt_steer_wk *w = &s->wk[me];
+	unsigned kept = 0, n = 0;
+	struct fp_mbuf *up[64];
+
+	fp_stack_tcp_import(stack, mv->chain);
+	for (unsigned i = 0; i < mv->n_flows; i++)
+		if (app->flow_arrive)
+			app->flow_arrive(ctx, mv->flows[i].flow, mv->flows[i].cookie);
+	if (mv->n_rets) {
+		rt_reserve((void **)&ctx->rets, &ctx->cap_rets, ctx->n_rets + mv->n_rets,
+			   sizeof(*ctx->rets));
+		memcpy(ctx->rets + ctx->n_rets, mv->rets, mv->n_rets * sizeof(*mv->rets));
+		ctx->n_rets += mv->n_rets;
+	}
+	__atomic_store_n(&s->table[mv->group], (uint16_t)me, __ATOMIC_RELEASE);
+	if (s->shown)
+		__atomic_store_n(&s->shown[mv->group], (uint16_t)me, __ATOMIC_RELAXED);
+	for (unsigned i = 0; i < w->n_hold; i++) {
+		if (w->hold_g[i] != mv->group) {
+			w->hold[kept] = w->hold[i];
+			w->hold_g[kept++] = w->hold_g[i];
+			continue;
+		}
+		up[n++] = w->hold[i];
+		if (n == FP_ARRAY_SIZE(up)) {
+			fp_stack_input(stack, up, n, now);
+			n = 0;
+		}
+	}
+	if (n)
+		fp_stack_input(stack, up, n, now);
+	w->n_hold = kept;
+	uint64_t ns = rt_unix_ns() - mv->t0_ns;
+	st->moves_in++;
+	st->move_conns += mv->n_conns;
+	st->move_ns += ns;
+	if (ns > st->move_ns_max)
+		st->move_ns_max = ns;
+	mv->chain = NULL;
+	move_free(mv, NULL);
+}
+
+unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_ctx *ctx,
+		       struct fp_stack *stack, struct fp_pool_cache *c, struct fp_mbuf **out,
+		       unsigned max, uint64_t now, struct fp_rt_worker_stats *st)
+{
+	uint64_t touched = 0;
+	unsigned got = 0, d = 0;
 
 	for (unsigned k = 1; k < s->n && got < max; k++) {
 		unsigned src = (me + k) % s->n;   /* start after us: no worker always first */
 		struct fp_ring *r = s->rings[src * s->n + me];
-		unsigned base = got, n = fp_ring_dequeue_burst(r, (void **)(out + got), max - got);
+		void *in[64];
+		unsigned want = max - got < FP_ARRAY_SIZE(in) ? max - got : FP_ARRAY_SIZE(in);
+		unsigned n = fp_ring_dequeue_burst(r, in, want);
 
 		for (unsigned i = 0; i < n; i++) {
-			struct fp_mbuf *m = out[base + i];
-			if ((uintptr_t)m & RT_STEER_LEARN) {
-				m = (struct fp_mbuf *)((uintptr_t)m & ~RT_STEER_LEARN);
-				fp_stack_arp_learn(stack, m);
+			uintptr_t tag = (uintptr_t)in[i] & RT_STEER_TAGS;
+			struct fp_mbuf *m = (struct fp_mbuf *)((uintptr_t)in[i] & ~RT_STEER_TAGS);
+			if (tag == RT_STEER_LEARN) {
+				if (stack)
+					fp_stack_arp_learn(stack, m);
 				fp_mbuf_free(c, m);
 				continue;
 			}
-			out[got++] = m;
+			if (tag == RT_STEER_MSG) {
+				/* what came before it goes up first, then what was held for the
+				 * group, then what follows it */
+				if (got)
+					fp_stack_input(stack, out, got, now);
+				got = 0;
+				arrive(s, me, ctx, stack, (struct rt_move *)(void *)m, now, st);
+				continue;
+			}
 			st->steer_in++;
+			/* Its group may have moved on since it was handed here. */
+			int g = m->next ? RT_STEER_HERE
+					: rt_steer_classify(&s->rss, fp_mbuf_data(m), m->data_len);
+			switch (stack ? route(s, me, g, &d) : 0) {
+			case 0:
+				out[got++] = m;
+				break;
+			case 1:
+				if (hold(&s->wk[me], m, (unsigned)g)) {
+					st->move_held++;
+				} else {
+					fp_mbuf_free(c, m);
+					st->steer_drop++;
+				}
+				break;
+			default:
+				hand(s, me, d, c, m, &touched, &st->move_forwarded, st);
+				break;
+			}
 		}
 	}
+	if (touched)
+		wake(s, touched);
 	return got;
+}
+
+/* ---- moving a group: the old owner's side ---- */
+
+static int ptr_cmp(const void *a, const void *b)
+{
+	uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The message for B: the connections, the flows the application holds or has returns
+ * for (told flow_leave here), and those returns, taken out of ctx->rets. */
+static struct rt_move *move_build(struct fp_ctx *ctx, unsigned g, struct fp_tcp_conn *chain,
+				  unsigned n)
+{
+	const struct fp_app *app = ctx->run->app;
+	struct rt_move *mv = calloc(1, sizeof(*mv));
+	uintptr_t *set = calloc(n ? n : 1, sizeof(*set));
+	bool *has_ret = calloc(n ? n : 1, sizeof(*has_ret));
+	unsigned k = 0, kept = 0;
+
+	if (!mv || !set || !has_ret || !(mv->flows = calloc(n ? n : 1, sizeof(*mv->flows))) ||
+	    !(mv->rets = calloc(ctx->n_rets ? ctx->n_rets : 1, sizeof(*mv->rets)))) {
+		fprintf(stderr, "flowplane: worker %u: out of memory moving group %u\n",
+			ctx->worker, g);
+		abort();
+	}
+	mv->group = g;
+	mv->chain = chain;
+	for (struct fp_tcp_conn *c = chain; c; c = fp_tcp_chain_next(c))
+		set[k++] = (uintptr_t)c;
+	qsort(set, n, sizeof(*set), ptr_cmp);
+	/* Returns name flows by pointer only: a closed flow's may be freed memory, so they
+	 * are compared, never followed. */
+	for (unsigned i = 0; i < ctx->n_rets; i++) {
+		uintptr_t f = (uintptr_t)ctx->rets[i].flow;
+		uintptr_t *hit = f ? bsearch(&f, set, n, sizeof(*set), ptr_cmp) : NULL;
+		if (hit) {
+			has_ret[hit - set] = true;
+			mv->rets[mv->n_rets++] = ctx->rets[i];
+		} else {
+			ctx->rets[kept++] = ctx->rets[i];
+		}
+	}
+	ctx->n_rets = kept;
+	for (struct fp_tcp_conn *c = chain; c; c = fp_tcp_chain_next(c)) {
+		uintptr_t key = (uintptr_t)c, *hit = bsearch(&key, set, n, sizeof(*set), ptr_cmp);
+		if (!fp_tcp_app_holds(c) && !has_ret[hit - set])
+			continue;
+		struct rt_move_flow *mf = &mv->flows[mv->n_flows++];
+		mf->flow = (struct fp_flow *)c;
+		mf->cookie = fp_tcp_cookie(c);
+		if (app->flow_leave)
+			app->flow_leave(ctx, mf->flow, mf->cookie);
+	}
+	free(set);
+	free(has_ret);
+	return mv;
+}
+
+static bool move_send(struct rt_steer *s, unsigned me, unsigned to, struct rt_move *mv)
+{
+	void *p = (void *)((uintptr_t)mv | RT_STEER_MSG);
+
+	if (fp_ring_sp_enqueue_burst(s->rings[me * s->n + to], &p, 1) != 1)
+		return false;
+	wake(s, 1ull << to);
+	return true;
+}
+
+void rt_steer_moves(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct fp_stack *stack,
+		    struct fp_rt_worker_stats *st)
+{
+	struct rt_steer_wk *w = &s->wk[me];
+	uint64_t mask[2] = { 0, 0 };
+	struct fp_tcp_conn *chain;
+
+	if (w->move_msg) {   /* built earlier; the ring to its worker was full */
+		unsigned to = __atomic_load_n(&s->table[w->move_msg->group], __ATOMIC_RELAXED) &
+			      RT_OWNER_MASK;
+		if (move_send(s, me, to, w->move_msg))
+			w->move_msg = NULL;
+		return;
+	}
+	if (!w->move_req) {
+		uint32_t r = atomic_exchange_explicit(&w->req, 0, memory_order_acquire);
+		if (!r)
+			return;
+		unsigned g = (r - 1) >> 16, to = (r - 1) & 0xffff;
+		uint16_t e = __atomic_load_n(&s->table[g], __ATOMIC_RELAXED);
+		if (g >= FP_RSS_GROUPS || to >= s->n || to == me || e != me)
+			return;   /* checked when asked; a later move got there first */
+		/* From here every frame of the group goes to @to, which holds it. */
+		__atomic_store_n(&s->table[g], (uint16_t)(to | RT_MOVING), __ATOMIC_RELEASE);
+		if (s->shown)
+			__atomic_store_n(&s->shown[g], (uint16_t)(to | RT_MOVING), __ATOMIC_RELAXED);
+		w->move_req = r;
+		w->move_t0 = rt_unix_ns();
+	}
+	unsigned g = (w->move_req - 1) >> 16, to = (w->move_req - 1) & 0xffff;
+	mask[g / 64] = 1ull << (g % 64);
+	int n = fp_stack_tcp_export(stack, mask, &chain);
+	if (n == -EBUSY)
+		return;   /* an event still names a conn: after the next round */
+	if (n < 0) {
+		n = 0;
+		chain = NULL;
+	}
+	struct rt_move *mv = move_build(ctx, g, chain, (unsigned)n);
+	mv->from = me;
+	mv->n_conns = (unsigned)n;
+	mv->t0_ns = w->move_t0;
+	w->move_req = 0;
+	st->moves_out++;
+	if (!move_send(s, me, to, mv))
+		w->move_msg = mv;
+}
+
+int rt_steer_ask_move(struct rt_steer *s, unsigned g, unsigned to)
+{
+	if (g >= FP_RSS_GROUPS || to >= s->n)
+		return -EINVAL;
+	uint16_t e = __atomic_load_n(&s->table[g], __ATOMIC_ACQUIRE);
+	unsigned from = e & RT_OWNER_MASK;
+	if (e & RT_MOVING)
+		return -EBUSY;
+	if (from == to)
+		return -EALREADY;
+	uint32_t zero = 0;
+	if (!atomic_compare_exchange_strong(&s->wk[from].req, &zero, (g << 16 | to) + 1))
+		return -EBUSY;   /* that worker has a move still to start */
+	wake(s, 1ull << from);
+	return 0;
+}
+
+void rt_steer_worker_exit(struct rt_steer *s, unsigned me, struct fp_stack *stack,
+			  struct fp_pool_cache *c)
+{
+	struct rt_steer_wk *w = &s->wk[me];
+
+	/* A group built and never sent comes home, so the stack's destroy frees it; what
+	 * was held for groups on their way here goes back to its pool. */
+	if (w->move_msg) {
+		fp_stack_tcp_import(stack, w->move_msg->chain);
+		w->move_msg->chain = NULL;
+		move_free(w->move_msg, NULL);
+		w->move_msg = NULL;
+	}
+	for (unsigned i = 0; i < w->n_hold; i++)
+		fp_mbuf_free(c, w->hold[i]);
+	w->n_hold = 0;
 }
 
 bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me)

@@ -238,8 +238,8 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 	}
 	/* Frames of our groups that arrived on other workers' queues (steer.c). */
 	if (w->steer &&
-	    (taken = rt_steer_take(w->steer, w->ctx.worker, w->st, &w->q->cache, w->rx,
-				   w->batch, s))) {
+	    (taken = rt_steer_take(w->steer, w->ctx.worker, &w->ctx, w->st, &w->q->cache, w->rx,
+				   w->batch, now, s))) {
 		*got = true;
 		fp_stack_input(w->st, w->rx, taken, now);
 	}
@@ -395,6 +395,9 @@ static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 		rounds += rt_app_pass(w, &settled);
 	if (settled)
 		fired += rt_ctx_timers(ctx, now);
+	/* A group asked to move leaves between rounds, its events all delivered. */
+	if (w->steer && settled && !rt_ctx_stopping(ctx))
+		rt_steer_moves(w->steer, ctx->worker, ctx, w->st, ctx->stats);
 	sent = rt_tx(w);
 	freed = w->q->ops->reclaim(w->q);
 	return got || rounds || fired || sent || freed || w->n_tx || ctx->n_rets;
@@ -521,6 +524,8 @@ static int rt_app_run(struct rt_wk *w)
 	if (app->fini)
 		app->fini(&w->ctx);
 	rt_ctx_flush(&w->ctx);
+	if (w->steer)
+		rt_steer_worker_exit(w->steer, w->ctx.worker, w->st, &w->q->cache);
 	/* Flows fini left open (a native-API app, a connect in flight, a close still in
 	 * FIN_WAIT): reset them, as a process exit would, so no peer keeps a dead one. */
 	fp_stack_reset_all(w->st);

@@ -396,6 +396,16 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 		printf(",\"steer_out\":%llu,\"steer_in\":%llu,\"steer_drop\":%llu",
 		       (unsigned long long)w->steer_out, (unsigned long long)w->steer_in,
 		       (unsigned long long)w->steer_drop);
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, move_ns_max) +
+				 sizeof(w->move_ns_max))
+		printf(",\"moves_out\":%llu,\"moves_in\":%llu,\"move_held\":%llu,"
+		       "\"move_forwarded\":%llu,\"move_ns\":%llu,\"move_ns_max\":%llu",
+		       (unsigned long long)w->moves_out, (unsigned long long)w->moves_in,
+		       (unsigned long long)w->move_held, (unsigned long long)w->move_forwarded,
+		       (unsigned long long)w->move_ns, (unsigned long long)w->move_ns_max);
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, move_conns) +
+				 sizeof(w->move_conns))
+		printf(",\"move_conns\":%llu", (unsigned long long)w->move_conns);
 	putchar('}');
 }
 

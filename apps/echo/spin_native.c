@@ -25,7 +25,8 @@
  *
  * A worker keeps a list of the connections it accepted (for fini): KNOCK adds to it and
  * the return of CLOSE or ABORT removes from it, and under --sched steal both happen on
- * the home worker (a closed flow's last returns go home, rt/steal.c).
+ * the home worker (a closed flow's last returns go home, rt/steal.c). A flow that moves
+ * to another worker (flow-group migration) moves from one list to the other.
  */
 
 
@@ -256,6 +257,21 @@ static void spin_fini(struct fp_ctx *ctx)
 	free(l);
 }
 
+/* A flow moves to another worker (rt/steer.c): its entry moves to that worker's list. */
+static void spin_leave(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cookie)
+{
+	(void)flow;
+	if (cookie)
+		list_del(fp_ctx_user(ctx), (struct nconn *)(uintptr_t)cookie);
+}
+
+static void spin_arrive(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cookie)
+{
+	(void)flow;
+	if (cookie)
+		list_add(fp_ctx_user(ctx), (struct nconn *)(uintptr_t)cookie);
+}
+
 int echo_spin_native_run(const struct echo_opts *o)
 {
 	struct fp_app app = {
@@ -265,6 +281,8 @@ int echo_spin_native_run(const struct echo_opts *o)
 		.fini = spin_fini,
 		.arg = (void *)o,
 		.steal_safe = true,
+		.flow_leave = spin_leave,
+		.flow_arrive = spin_arrive,
 	};
 
 	return fp_rt_run(&o->rt, &app) ? 1 : 0;

@@ -131,6 +131,14 @@ unsigned fp_stack_reset_all(struct fp_stack *st);
 struct fp_tcp_conn;
 int fp_stack_tcp_export(struct fp_stack *st, const uint64_t groups[2], struct fp_tcp_conn **out);
 void fp_stack_tcp_import(struct fp_stack *st, struct fp_tcp_conn *chain);
+/* Walking an exported chain: the next conn (NULL at the end); whether the application
+ * still holds @c's handle (not yet closed or aborted), and the cookie its events carry. */
+struct fp_tcp_conn *fp_tcp_chain_next(const struct fp_tcp_conn *c);
+/* A chain no stack will import (the run stopped with it in flight): free the conns and
+ * every buffer they hold (through @cache; each returns to its own pool). */
+void fp_tcp_chain_free(struct fp_tcp_conn *chain, struct fp_pool_cache *cache);
+bool fp_tcp_app_holds(const struct fp_tcp_conn *c);
+uint64_t fp_tcp_cookie(const struct fp_tcp_conn *c);
 
 /* Hand @n received frames to the stack, which takes ownership of each. */
 void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, uint64_t now_us);

@@ -57,7 +57,31 @@ struct fp_rt_stats_hdr {
 	uint64_t start_unix_ns;
 	uint64_t tsc_hz;              /* for converting the cycle fields */
 	char net_names[FP_RT_NET_MAX][32]; /* names of net[] entries, in order */
+
+	/* The command channel (fp-ctl, ctl/): one controller writes op and args, then bumps
+	 * @seq (release); the run's main thread takes it within about 10 ms, checks it,
+	 * passes it on, and answers with @result (0 taken, or -errno) and @done_seq = seq.
+	 * A command whose seq is not above done_seq is stale and ignored. Readers that
+	 * predate these fields never look past net_names (records start at hdr_size). */
+	struct {
+		uint64_t seq;
+		uint32_t op;                  /* enum fp_rt_cmd_op */
+		uint32_t arg0, arg1;
+		int32_t result;
+		uint64_t done_seq;
+		uint64_t accepted, rejected;  /* commands taken / refused, all told */
+	} cmd fp_aligned_cache;
+	/* Flow groups (xdp, several workers): group -> worker, FP_RT_GROUP_MOVING set while
+	 * the group is on its way there; n_groups 0 when the run has no flow groups. */
+	uint32_t n_groups;
+	uint16_t groups[128];
 } fp_aligned_cache;
+
+enum fp_rt_cmd_op {
+	FP_RT_CMD_MOVE_GROUP = 1,     /* arg0: group, arg1: worker */
+};
+
+#define FP_RT_GROUP_MOVING 0x8000u
 
 struct fp_rt_worker_stats {
 	/* identity and liveness */
@@ -105,6 +129,14 @@ struct fp_rt_worker_stats {
 	 * frames it could not hand over (that worker's ring full: dropped). All 0 when every
 	 * frame arrives at home or the run has one worker. */
 	uint64_t steer_out, steer_in, steer_drop;
+
+	/* flow-group migration (rt/steer.c): groups this worker gave away and received;
+	 * frames it held while their group was on its way here, and frames it forwarded
+	 * because their group had left; the time from the old owner's switch to the last
+	 * held frame going up here, summed over the groups received (ns), and the longest;
+	 * TCP connections that came with the groups received. */
+	uint64_t moves_out, moves_in, move_held, move_forwarded, move_ns, move_ns_max;
+	uint64_t move_conns;
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */
@@ -117,6 +149,8 @@ static inline unsigned fp_rt_log2_bucket(uint64_t v)
 /* Map the segment /dev/shm/flowplane-<name> read-only; NULL with errno (ENOENT, EPROTO for
  * a wrong magic/version). */
 const struct fp_rt_stats_hdr *fp_rt_stats_open(const char *name, size_t *size_out);
+/* The same, mapped read-write: for the controller, which writes only the command channel. */
+struct fp_rt_stats_hdr *fp_rt_stats_open_rw(const char *name, size_t *size_out);
 
 static inline const struct fp_rt_worker_stats *
 fp_rt_stats_worker(const struct fp_rt_stats_hdr *h, unsigned i)

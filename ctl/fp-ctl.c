@@ -1,0 +1,171 @@
+/* fp-ctl: commands to a running flowplane through its stats segment's command channel (rt_stats.h): flow groups, for now. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <flowplane/rt_stats.h>
+
+/*
+ * The control plane's first verbs (IX's control plane moves flow groups between cores;
+ * the 10 Hz loop that decides when is the next step of ctl/):
+ *
+ *   fp-ctl groups NAME                  which worker owns each of the 128 flow groups
+ *   fp-ctl move NAME GROUP WORKER       move a group; waits until it has arrived and
+ *                                       says how long the move took
+ *
+ * NAME is the run's --stats name. One controller at a time: the channel has one slot.
+ */
+#define WAIT_TAKEN_MS   1000   /* the run answers within ~10 ms; allow for a busy box */
+#define WAIT_ARRIVED_MS 2000
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: fp-ctl groups NAME\n"
+		   "       fp-ctl move NAME GROUP WORKER\n"
+		   "Commands to a running flowplane whose stats segment is NAME (--stats NAME).\n"
+		   "  groups   the flow-group table: for each worker, the groups it owns;\n"
+		   "           a group on its way to a worker is marked '>'\n"
+		   "  move     move flow group GROUP (0..127) to worker WORKER; waits until it\n"
+		   "           has arrived and prints how long that took (xdp, several workers,\n"
+		   "           an application whose flows may change worker: fp-echo spin\n"
+		   "           --native)\n"
+		   "exit status: 0 done, 1 refused or timed out, 2 bad arguments\n");
+}
+
+static double mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void nap(void)
+{
+	struct timespec t = { 0, 200 * 1000 };
+
+	nanosleep(&t, NULL);
+}
+
+static struct fp_rt_stats_hdr *open_seg(const char *name)
+{
+	struct fp_rt_stats_hdr *h = fp_rt_stats_open_rw(name, NULL);
+
+	if (!h)
+		fprintf(stderr, "fp-ctl: no flowplane run with stats segment '%s' (%s): start it "
+			"with --stats %s, as the same user\n", name,
+			errno == EPROTO ? "a layout this fp-ctl does not know" : strerror(errno),
+			name);
+	return h;
+}
+
+static int cmd_groups(const char *name)
+{
+	struct fp_rt_stats_hdr *h = open_seg(name);
+
+	if (!h)
+		return 1;
+	if (!h->n_groups) {
+		fprintf(stderr, "fp-ctl: run '%s' has no flow groups (they need --net xdp, several "
+			"workers and --steer groups)\n", name);
+		return 1;
+	}
+	for (unsigned w = 0; w < h->n_workers; w++) {
+		unsigned n = 0;
+		printf("worker %u:", w);
+		for (unsigned g = 0; g < h->n_groups && g < 128; g++) {
+			uint16_t e = __atomic_load_n(&h->groups[g], __ATOMIC_RELAXED);
+			if ((e & ~FP_RT_GROUP_MOVING) != w)
+				continue;
+			printf(" %s%u", e & FP_RT_GROUP_MOVING ? ">" : "", g);
+			n++;
+		}
+		printf("%s  (%u groups)\n", n ? "" : " -", n);
+	}
+	return 0;
+}
+
+static bool parse_u(const char *s, unsigned max, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v > max)
+		return false;
+	*out = (unsigned)v;
+	return true;
+}
+
+static int cmd_move(const char *name, const char *gs, const char *ws)
+{
+	unsigned g, w;
+
+	if (!parse_u(gs, 127, &g) || !parse_u(ws, 63, &w)) {
+		fprintf(stderr, "fp-ctl: move: GROUP is 0..127 and WORKER a worker number "
+			"(got '%s' '%s')\n", gs, ws);
+		return 2;
+	}
+	struct fp_rt_stats_hdr *h = open_seg(name);
+	if (!h)
+		return 1;
+	uint64_t seq = __atomic_load_n(&h->cmd.done_seq, __ATOMIC_ACQUIRE) + 1;
+	if (__atomic_load_n(&h->cmd.seq, __ATOMIC_ACQUIRE) >= seq)
+		seq = __atomic_load_n(&h->cmd.seq, __ATOMIC_ACQUIRE) + 1;
+	h->cmd.op = FP_RT_CMD_MOVE_GROUP;
+	h->cmd.arg0 = g;
+	h->cmd.arg1 = w;
+	double t0 = mono_ms();
+	__atomic_store_n(&h->cmd.seq, seq, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&h->cmd.done_seq, __ATOMIC_ACQUIRE) < seq) {
+		if (mono_ms() - t0 > WAIT_TAKEN_MS) {
+			fprintf(stderr, "fp-ctl: run '%s' did not take the command within %d ms (is "
+				"it stopped, or another controller writing?)\n", name, WAIT_TAKEN_MS);
+			return 1;
+		}
+		nap();
+	}
+	int r = h->cmd.result;
+	if (r) {
+		const char *why = r == -EOPNOTSUPP ? "this run has no flow groups that can move "
+						    "(xdp, several workers, --steer groups, "
+						    "--sched part)"
+				  : r == -EPERM ? "the application's flows cannot change worker"
+				  : r == -EBUSY ? "that group, or its owner, is busy with a move: try "
+						  "again"
+				  : r == -EALREADY ? "the group is on that worker already"
+				  : r == -EINVAL ? "no such group or worker in this run"
+				  : strerror(-r);
+		fprintf(stderr, "fp-ctl: move %u to %u refused: %s\n", g, w, why);
+		return 1;
+	}
+	while (__atomic_load_n(&h->groups[g], __ATOMIC_ACQUIRE) != w) {
+		if (mono_ms() - t0 > WAIT_ARRIVED_MS) {
+			fprintf(stderr, "fp-ctl: group %u has not arrived at worker %u after %d ms\n",
+				g, w, WAIT_ARRIVED_MS);
+			return 1;
+		}
+		nap();
+	}
+	printf("group %u moved to worker %u in %.2f ms (command to arrival, as seen here)\n", g,
+	       w, mono_ms() - t0);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		usage(stdout);
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "groups"))
+		return cmd_groups(argv[2]);
+	if (argc == 5 && !strcmp(argv[1], "move"))
+		return cmd_move(argv[2], argv[3], argv[4]);
+	usage(stderr);
+	return 2;
+}

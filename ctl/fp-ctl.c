@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,6 +16,8 @@
  *   fp-ctl groups NAME                  which worker owns each of the 128 flow groups
  *   fp-ctl move NAME GROUP WORKER       move a group; waits until it has arrived and
  *                                       says how long the move took
+ *   fp-ctl cmd NAME OP ARG0 ARG1        a raw command, answered with the run's verdict
+ *                                       (for tests of the channel itself)
  *
  * NAME is the run's --stats name. One controller at a time: the channel has one slot.
  */
@@ -25,6 +28,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: fp-ctl groups NAME\n"
 		   "       fp-ctl move NAME GROUP WORKER\n"
+		   "       fp-ctl cmd NAME OP ARG0 ARG1\n"
 		   "Commands to a running flowplane whose stats segment is NAME (--stats NAME).\n"
 		   "  groups   the flow-group table: for each worker, the groups it owns;\n"
 		   "           a group on its way to a worker is marked '>'\n"
@@ -32,6 +36,8 @@ static void usage(FILE *f)
 		   "           has arrived and prints how long that took (xdp, several workers,\n"
 		   "           an application whose flows may change worker: fp-echo spin\n"
 		   "           --native)\n"
+		   "  cmd      send raw command OP with ARG0 ARG1 and print the run's answer\n"
+		   "           (tests of the channel: unknown ops and bad arguments are refused)\n"
 		   "exit status: 0 done, 1 refused or timed out, 2 bad arguments\n");
 }
 
@@ -88,7 +94,7 @@ static int cmd_groups(const char *name)
 	return 0;
 }
 
-static bool parse_u(const char *s, unsigned max, unsigned *out)
+static bool parse_u(const char *s, unsigned long max, unsigned *out)
 {
 	char *end;
 	unsigned long v;
@@ -99,6 +105,51 @@ static bool parse_u(const char *s, unsigned max, unsigned *out)
 		return false;
 	*out = (unsigned)v;
 	return true;
+}
+
+/* Write one command and wait for the run to take it; its verdict, or 1 on a timeout. */
+static int send_cmd(struct fp_rt_stats_hdr *h, const char *name, uint32_t op, uint32_t a0,
+		    uint32_t a1, int *result)
+{
+	uint64_t done = __atomic_load_n(&h->cmd.done_seq, __ATOMIC_ACQUIRE);
+	uint64_t seq = __atomic_load_n(&h->cmd.seq, __ATOMIC_ACQUIRE);
+
+	seq = (seq > done ? seq : done) + 1;
+	h->cmd.op = op;
+	h->cmd.arg0 = a0;
+	h->cmd.arg1 = a1;
+	double t0 = mono_ms();
+	__atomic_store_n(&h->cmd.seq, seq, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&h->cmd.done_seq, __ATOMIC_ACQUIRE) < seq) {
+		if (mono_ms() - t0 > WAIT_TAKEN_MS) {
+			fprintf(stderr, "fp-ctl: run '%s' did not take the command within %d ms (is "
+				"it stopped, or another controller writing?)\n", name, WAIT_TAKEN_MS);
+			return 1;
+		}
+		nap();
+	}
+	*result = h->cmd.result;
+	return 0;
+}
+
+static int cmd_raw(const char *name, const char *ops, const char *a0s, const char *a1s)
+{
+	unsigned op, a0, a1;
+	int r;
+
+	if (!parse_u(ops, UINT32_MAX, &op) || !parse_u(a0s, UINT32_MAX, &a0) ||
+	    !parse_u(a1s, UINT32_MAX, &a1)) {
+		fprintf(stderr, "fp-ctl: cmd: OP ARG0 ARG1 are unsigned numbers\n");
+		return 2;
+	}
+	struct fp_rt_stats_hdr *h = open_seg(name);
+	if (!h)
+		return 1;
+	if (send_cmd(h, name, op, a0, a1, &r))
+		return 1;
+	printf("result %d (%s); accepted %llu, rejected %llu\n", r, r ? strerror(-r) : "taken",
+	       (unsigned long long)h->cmd.accepted, (unsigned long long)h->cmd.rejected);
+	return r ? 1 : 0;
 }
 
 static int cmd_move(const char *name, const char *gs, const char *ws)
@@ -113,23 +164,10 @@ static int cmd_move(const char *name, const char *gs, const char *ws)
 	struct fp_rt_stats_hdr *h = open_seg(name);
 	if (!h)
 		return 1;
-	uint64_t seq = __atomic_load_n(&h->cmd.done_seq, __ATOMIC_ACQUIRE) + 1;
-	if (__atomic_load_n(&h->cmd.seq, __ATOMIC_ACQUIRE) >= seq)
-		seq = __atomic_load_n(&h->cmd.seq, __ATOMIC_ACQUIRE) + 1;
-	h->cmd.op = FP_RT_CMD_MOVE_GROUP;
-	h->cmd.arg0 = g;
-	h->cmd.arg1 = w;
 	double t0 = mono_ms();
-	__atomic_store_n(&h->cmd.seq, seq, __ATOMIC_RELEASE);
-	while (__atomic_load_n(&h->cmd.done_seq, __ATOMIC_ACQUIRE) < seq) {
-		if (mono_ms() - t0 > WAIT_TAKEN_MS) {
-			fprintf(stderr, "fp-ctl: run '%s' did not take the command within %d ms (is "
-				"it stopped, or another controller writing?)\n", name, WAIT_TAKEN_MS);
-			return 1;
-		}
-		nap();
-	}
-	int r = h->cmd.result;
+	int r;
+	if (send_cmd(h, name, FP_RT_CMD_MOVE_GROUP, g, w, &r))
+		return 1;
 	if (r) {
 		const char *why = r == -EOPNOTSUPP ? "this run has no flow groups that can move "
 						    "(xdp, several workers, --steer groups, "
@@ -166,6 +204,8 @@ int main(int argc, char **argv)
 		return cmd_groups(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "move"))
 		return cmd_move(argv[2], argv[3], argv[4]);
+	if (argc == 6 && !strcmp(argv[1], "cmd"))
+		return cmd_raw(argv[2], argv[3], argv[4], argv[5]);
 	usage(stderr);
 	return 2;
 }

@@ -268,6 +268,12 @@ def test_fp_ctl_refusals(topo, build_dir):
         assert r.returncode == 1 and "cannot change worker" in r.stderr, r.stderr
         r = fp_ctl(build_dir, "groups", srv.stats)
         assert r.returncode == 0 and "worker 1: 1 3 5" in r.stdout, r.stdout
+        # the channel itself: an unknown op, a group and a worker out of range
+        for op, a0, a1 in ((99, 0, 0), (1, 200, 0), (1, 3, 7)):
+            r = fp_ctl(build_dir, "cmd", srv.stats, op, a0, a1)
+            assert r.returncode == 1 and "result -" in r.stdout, (op, a0, a1, r.stdout)
+        r = fp_ctl(build_dir, "cmd", srv.stats, 99, 0, 0)
+        assert "rejected 5" in r.stdout, r.stdout   # one move and three commands above
     # --steer queue: no flow groups
     with Server(topo, build_dir, "--steer", "queue", stats="rq") as srv:
         r = fp_ctl(build_dir, "move", srv.stats, 3, 0)

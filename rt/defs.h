@@ -114,6 +114,8 @@ int rt_steer_create(struct rt_run *run, char *err, size_t errlen);
 /* After every worker stopped: free frames still in the rings, close the queues. */
 void rt_steer_destroy(struct rt_run *run);
 const uint16_t *rt_steer_table(const struct rt_steer *s);
+/* The secret every stack of the run shares (ISNs, SYN cookies). */
+uint64_t rt_steer_secret(const struct rt_steer *s);
 /* @q is @worker's: rt_steer_destroy closes it, once no other stack can hold its buffers. */
 void rt_steer_own(struct rt_steer *s, unsigned worker, struct fp_devq *q);
 int rt_steer_wake_fd(const struct rt_steer *s, unsigned worker);

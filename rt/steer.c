@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <flowplane/dev.h>
@@ -38,7 +39,7 @@
  * handled where it arrived and a copy goes to every other worker to learn from
  * (fp_stack_arp_learn, which never answers).
  *
- * Groups move between workers (IX's flow-group migration, rt_steer_move_* below): the old
+ * Groups move between workers (IX's flow-group migration, rt_steer_moves below): the old
  * owner A marks the group's entry "moving to B" (one store), takes the group's TCP
  * connections out of its stack between two rounds (fp_stack_tcp_export), lets the
  * application move its per-flow entries (fp_app.flow_leave), and sends B one message
@@ -93,11 +94,14 @@ struct rt_steer_wk {
 struct rt_steer {
 	unsigned n;
 	struct fp_rss rss;
-	uint16_t table[FP_RSS_GROUPS]; /* group -> worker; read relaxed (a control plane
-					* may move groups) */
+	uint16_t table[FP_RSS_GROUPS]; /* group -> worker, RT_MOVING while it moves there;
+					* written by the old owner and then the new one */
 	struct fp_ring **rings;       /* [src * n + dst]: src produces, dst consumes */
 	struct rt_steer_wk *wk;
 	uint16_t *shown;              /* the stats header's copy of the table, or NULL */
+	uint64_t secret;              /* every stack's (ISNs, SYN cookies): a connection that
+				       * moves, or a cookie's ACK arriving after its group moved,
+				       * must check out on any worker */
 };
 
 int rt_steer_classify(const struct fp_rss *rss, const uint8_t *p, uint32_t len)
@@ -135,6 +139,9 @@ int rt_steer_create(struct rt_run *run, char *err, size_t errlen)
 		goto nomem;
 	s->n = n;
 	fp_rss_init(&s->rss, fp_rss_key_symmetric);
+	while (!s->secret)
+		if (getrandom(&s->secret, sizeof(s->secret), 0) != (ssize_t)sizeof(s->secret))
+			s->secret = 0;
 	memset(s->wk, 0, n * sizeof(*s->wk));
 	for (unsigned i = 0; i < n; i++)
 		s->wk[i].efd = -1;
@@ -228,6 +235,8 @@ void rt_steer_destroy(struct rt_run *run)
 }
 
 const uint16_t *rt_steer_table(const struct rt_steer *s) { return s->table; }
+
+uint64_t rt_steer_secret(const struct rt_steer *s) { return s->secret; }
 
 void rt_steer_own(struct rt_steer *s, unsigned worker, struct fp_devq *q) { s->wk[worker].q = q; }
 

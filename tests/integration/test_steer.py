@@ -165,42 +165,45 @@ def test_bad_weights_one_line(topo, build_dir):
 
 SPIN_CLIENT = r"""
 import socket, struct, sys, threading
-addr, port, conns, reqs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+addr, port, conns, reqs, again = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                                  int(sys.argv[4]), int(sys.argv[5]))
 MAGIC = 0x4e495053
 bad, done = [], [0]
 def expect(i, k):   # a request's length names it: a lost, repeated or reordered reply shows
     return 16 + (k * 7 + i) % 997
 def one(i):
-    s = socket.create_connection((addr, port), 5)
-    s.settimeout(60)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sent = got = 0
-    buf = b""
-    try:
-        while got < reqs:
-            while sent < reqs and sent - got < 8:
-                n = expect(i, sent)
-                s.sendall(struct.pack("<IIQ", MAGIC, n, 0) + bytes(n - 16))
-                sent += 1
-            while len(buf) < 16:
-                c = s.recv(4096)
-                if not c:
-                    raise EOFError("closed early")
-                buf += c
-            m, n, ns = struct.unpack("<IIQ", buf[:16])
-            buf = buf[16:]
-            if m != MAGIC or n != expect(i, got) or ns:
-                bad.append((i, got, n))
-                return
-            got += 1
-        s.close()
-        done[0] += 1
-    except Exception as e:
-        bad.append((i, got, repr(e)))
+    for _ in range(again):   # one connection after another: opens and closes race the moves
+        s = socket.create_connection((addr, port), 5)
+        s.settimeout(60)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sent = got = 0
+        buf = b""
+        try:
+            while got < reqs:
+                while sent < reqs and sent - got < 8:
+                    n = expect(i, sent)
+                    s.sendall(struct.pack("<IIQ", MAGIC, n, 0) + bytes(n - 16))
+                    sent += 1
+                while len(buf) < 16:
+                    c = s.recv(4096)
+                    if not c:
+                        raise EOFError("closed early")
+                    buf += c
+                m, n, ns = struct.unpack("<IIQ", buf[:16])
+                buf = buf[16:]
+                if m != MAGIC or n != expect(i, got) or ns:
+                    bad.append((i, got, n))
+                    return
+                got += 1
+            s.close()
+            done[0] += 1
+        except Exception as e:
+            bad.append((i, got, repr(e)))
+            return
 ts = [threading.Thread(target=one, args=(i,)) for i in range(conns)]
 [t.start() for t in ts]
 [t.join() for t in ts]
-print("ok" if not bad and done[0] == conns else f"bad {bad[:5]} done {done[0]}")
+print("ok" if not bad and done[0] == conns * again else f"bad {bad[:5]} done {done[0]}")
 """
 
 
@@ -211,9 +214,10 @@ def fp_ctl(build_dir, *args):
 
 def test_groups_move_under_load(topo, build_dir):
     """fp-ctl moves flow groups back and forth between the two workers, every group in
-    turn, while 16 Linux connections each run 15000 pipelined spin requests: every reply
-    comes back, in order (each request's length names it), nothing is reset or dropped,
-    and connections moved with their groups (IX's flow-group migration)."""
+    turn, while 16 Linux clients each open 10 connections one after another and run 1500
+    pipelined spin requests on each: every reply comes back, in order (each request's
+    length names it), nothing is reset or dropped, connections moved with their groups
+    (IX's flow-group migration), and opening and closing connections raced the moves."""
     exe = build_dir / "apps" / "echo" / "fp-echo"
     name = f"{TAG}-mv"
     p = topo.popen(topo.srv_ns, [exe, "spin", "--native", "--port", PORT, "--if", topo.srv_if,
@@ -222,7 +226,7 @@ def test_groups_move_under_load(topo, build_dir):
     try:
         time.sleep(1)
         cli = topo.popen(topo.cli_ns, [sys.executable, "-c", SPIN_CLIENT, topo.fp_srv_ip, PORT,
-                                       16, 15000])
+                                       16, 1500, 10])
         owner = [g % 2 for g in range(128)]
         moves, refused, g = 0, [], 0
         while cli.poll() is None:

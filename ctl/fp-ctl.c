@@ -16,6 +16,8 @@
  *   fp-ctl groups NAME                  which worker owns each of the 128 flow groups
  *   fp-ctl move NAME GROUP WORKER       move a group; waits until it has arrived and
  *                                       says how long the move took
+ *   fp-ctl watch NAME [COUNT]           every 100 ms, per worker: its groups and IX's
+ *                                       metrics (tau, Q, queueing delay, idle share)
  *   fp-ctl cmd NAME OP ARG0 ARG1        a raw command, answered with the run's verdict
  *                                       (for tests of the channel itself)
  *
@@ -28,6 +30,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: fp-ctl groups NAME\n"
 		   "       fp-ctl move NAME GROUP WORKER\n"
+		   "       fp-ctl watch NAME [COUNT]\n"
 		   "       fp-ctl cmd NAME OP ARG0 ARG1\n"
 		   "Commands to a running flowplane whose stats segment is NAME (--stats NAME).\n"
 		   "  groups   the flow-group table: for each worker, the groups it owns;\n"
@@ -36,6 +39,10 @@ static void usage(FILE *f)
 		   "           has arrived and prints how long that took (xdp, several workers,\n"
 		   "           an application whose flows may change worker: fp-echo spin\n"
 		   "           --native)\n"
+		   "  watch    every 100 ms (COUNT times, default until interrupted), per worker:\n"
+		   "           groups owned, round time tau, queue depth Q, the queueing delay\n"
+		   "           ceil(Q/B)*tau and the idle share, each smoothed with alpha 1/8\n"
+		   "           (IX's control-plane metrics, published every 10 ms)\n"
 		   "  cmd      send raw command OP with ARG0 ARG1 and print the run's answer\n"
 		   "           (tests of the channel: unknown ops and bad arguments are refused)\n"
 		   "exit status: 0 done, 1 refused or timed out, 2 bad arguments\n");
@@ -194,6 +201,39 @@ static int cmd_move(const char *name, const char *gs, const char *ws)
 	return 0;
 }
 
+static int cmd_watch(const char *name, const char *counts)
+{
+	unsigned count = 0;
+
+	if (counts && !parse_u(counts, UINT32_MAX, &count)) {
+		fprintf(stderr, "fp-ctl: watch: COUNT is a number of lines (got '%s')\n", counts);
+		return 2;
+	}
+	struct fp_rt_stats_hdr *h = open_seg(name);
+	if (!h)
+		return 1;
+	for (unsigned k = 0; !count || k < count; k++) {
+		if (k) {
+			struct timespec t = { 0, 100 * 1000 * 1000 };
+			nanosleep(&t, NULL);
+		}
+		printf("%s", k ? "" : "worker  groups   tau_us      Q  delay_us  idle%  intervals\n");
+		for (unsigned w = 0; w < h->n_workers; w++) {
+			const struct fp_rt_worker_stats *r = fp_rt_stats_worker(h, w);
+			unsigned groups = 0;
+			for (unsigned g = 0; g < h->n_groups && g < 128; g++)
+				groups += (h->groups[g] & ~FP_RT_GROUP_MOVING) == w;
+			printf("%6u  %6u  %7.2f  %5.2f  %8.2f  %5.1f  %9llu\n", w, groups,
+			       (double)r->ctl_tau_ewma_ns[1] / 1e3, (double)r->ctl_q_ewma_milli[1] / 1e3,
+			       (double)r->ctl_delay_ewma_ns[1] / 1e3,
+			       (double)r->ctl_idle_ewma_ppm[1] / 1e4,
+			       (unsigned long long)r->ctl_intervals);
+		}
+		fflush(stdout);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -204,6 +244,8 @@ int main(int argc, char **argv)
 		return cmd_groups(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "move"))
 		return cmd_move(argv[2], argv[3], argv[4]);
+	if ((argc == 3 || argc == 4) && !strcmp(argv[1], "watch"))
+		return cmd_watch(argv[2], argc == 4 ? argv[3] : NULL);
 	if (argc == 6 && !strcmp(argv[1], "cmd"))
 		return cmd_raw(argv[2], argv[3], argv[4], argv[5]);
 	usage(stderr);

@@ -170,6 +170,26 @@ uint64_t rt_ctx_next_us(const struct fp_ctx *ctx);
 /* Calls queued and not yet executed (a timer or init queued some): run them now. */
 unsigned rt_ctx_flush(struct fp_ctx *ctx);
 
+/* IX's control-plane metrics (rt_stats.h, ctl_*): what a worker sums over an interval. */
+struct rt_ctl_acc {
+	uint64_t end_us;              /* the interval ends here */
+	uint64_t rounds, cycles;      /* rounds and their TSC cycles (sleep left out) */
+	uint64_t q_sum;               /* queue depth at each round's poll, summed */
+	uint64_t busy0, idle0;        /* the record's busy/idle cycles when it began */
+};
+
+static inline void rt_ctl_round(struct rt_ctl_acc *a, uint64_t cycles, unsigned q)
+{
+	a->rounds++;
+	a->cycles += cycles;
+	a->q_sum += q;
+}
+
+/* At or past a->end_us: publish the interval's metrics and their averages into @s, and
+ * start the next interval (stats.c). */
+void rt_ctl_interval(struct rt_ctl_acc *a, struct fp_rt_worker_stats *s, uint64_t now_us,
+		     unsigned batch_max);
+
 /* Loop-gap accounting (rt_stats.h): @awake_cycles is the time from one round's start to
  * the next's, time asleep left out. Both transports' loops call it once per round. */
 static inline void rt_gap_note(struct fp_rt_worker_stats *s, uint64_t awake_cycles)

@@ -287,3 +287,50 @@ struct fp_rt_stats_hdr *fp_rt_stats_open_rw(const char *name, size_t *size_out)
 {
 	return stats_open(name, size_out, true);
 }
+
+/* ---- IX's control-plane metrics ---- */
+
+static uint64_t ewma(uint64_t old, uint64_t now, unsigned shift, bool first)
+{
+	if (first)
+		return now;
+	/* x += (now - x) / 2^shift, in signed arithmetic */
+	int64_t d = (int64_t)now - (int64_t)old;
+	return (uint64_t)((int64_t)old + d / (int64_t)(1u << shift));
+}
+
+void rt_ctl_interval(struct rt_ctl_acc *a, struct fp_rt_worker_stats *s, uint64_t now_us,
+		     unsigned batch_max)
+{
+	static const unsigned shifts[3] = { 1, 3, 5 };   /* alpha 1/2, 1/8, 1/32 */
+	uint64_t busy = s->busy_cycles - a->busy0, idle = s->idle_cycles - a->idle0;
+	bool first = s->ctl_intervals == 0;
+
+	if (a->end_us) {
+		uint64_t tau = a->rounds ? fp_cycles_to_ns(a->cycles / a->rounds) : 0;
+		uint64_t q = a->rounds ? a->q_sum * 1000 / a->rounds : 0;
+		uint64_t b = batch_max ? batch_max : 1;
+		/* ceil(Q / B) rounds of tau each: the wait of the last frame in the queue */
+		uint64_t delay = (q + b * 1000 - 1) / (b * 1000) * tau;
+		/* no time accounted at all: the worker slept through it (its sleep is added
+		 * when it wakes) */
+		uint64_t idle_ppm = busy + idle ? idle * 1000000 / (busy + idle) : 1000000;
+
+		s->ctl_tau_ns = tau;
+		s->ctl_q_milli = q;
+		s->ctl_delay_ns = delay;
+		s->ctl_idle_ppm = idle_ppm;
+		for (unsigned i = 0; i < 3; i++) {
+			s->ctl_tau_ewma_ns[i] = ewma(s->ctl_tau_ewma_ns[i], tau, shifts[i], first);
+			s->ctl_q_ewma_milli[i] = ewma(s->ctl_q_ewma_milli[i], q, shifts[i], first);
+			s->ctl_delay_ewma_ns[i] = ewma(s->ctl_delay_ewma_ns[i], delay, shifts[i], first);
+			s->ctl_idle_ewma_ppm[i] = ewma(s->ctl_idle_ewma_ppm[i], idle_ppm, shifts[i],
+						       first);
+		}
+		s->ctl_intervals++;
+	}
+	a->end_us = now_us + FP_RT_CTL_INTERVAL_US;
+	a->rounds = a->cycles = a->q_sum = 0;
+	a->busy0 = s->busy_cycles;
+	a->idle0 = s->idle_cycles;
+}

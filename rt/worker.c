@@ -55,6 +55,8 @@ struct rt_wk {
 	uint64_t idle_since_us;           /* first idle round of this idle spell */
 	uint64_t slept_cycles;            /* TSC cycles asleep in poll(), all told (gaps) */
 	struct rt_idle_budget budget;     /* --idle adaptive */
+	struct rt_ctl_acc ctl;            /* IX's control-plane metrics */
+	unsigned last_q;                  /* queue depth at this round's poll */
 	bool idle;
 	unsigned n_tx;                    /* frames held in tx[] for retry */
 	struct fp_mbuf *tx[RT_TX_HOLD];
@@ -225,10 +227,12 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 	unsigned taken = 0;
 
 	*got = n > 0;
+	w->last_q = 0;
 	if (n) {
 		/* Queue depth at this poll: what we took plus what is still waiting. (Frames
 		 * and bytes the device counts already; rt_publish copies them.) */
-		s->rxq_hist[fp_rt_log2_bucket(n + w->q->ops->rx_ready(w->q))]++;
+		w->last_q = n + w->q->ops->rx_ready(w->q);
+		s->rxq_hist[fp_rt_log2_bucket(w->last_q)]++;
 		if (fp_unlikely(w->rx_drop > 0.0))
 			n = rt_rx_drop(w, n);
 		if (w->steer)
@@ -420,6 +424,7 @@ static void rt_loop(struct rt_wk *w)
 		uint64_t t1 = fp_rdtsc();
 
 		rt_account(w, busy, batch, t1 - t0);
+		rt_ctl_round(&w->ctl, t1 - t0, w->last_q);
 		rt_idle_round(&w->budget, busy, t0, t1, w->run->cfg->spin_us);
 		if (busy)
 			w->idle = false;
@@ -427,6 +432,8 @@ static void rt_loop(struct rt_wk *w)
 			rt_idle(w, now);
 		if (now >= w->publish_us)
 			rt_publish(w, now);
+		if (now >= w->ctl.end_us)
+			rt_ctl_interval(&w->ctl, w->ctx.stats, now, w->batch);
 	}
 }
 

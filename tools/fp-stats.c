@@ -406,6 +406,18 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, move_conns) +
 				 sizeof(w->move_conns))
 		printf(",\"move_conns\":%llu", (unsigned long long)w->move_conns);
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, ctl_idle_ewma_ppm) +
+				 sizeof(w->ctl_idle_ewma_ppm)) {
+		printf(",\"ctl\":{\"intervals\":%llu,\"tau_ns\":%llu,\"q_milli\":%llu,"
+		       "\"delay_ns\":%llu,\"idle_ppm\":%llu", (unsigned long long)w->ctl_intervals,
+		       (unsigned long long)w->ctl_tau_ns, (unsigned long long)w->ctl_q_milli,
+		       (unsigned long long)w->ctl_delay_ns, (unsigned long long)w->ctl_idle_ppm);
+		json_array("tau_ewma_ns", w->ctl_tau_ewma_ns, 3);
+		json_array("q_ewma_milli", w->ctl_q_ewma_milli, 3);
+		json_array("delay_ewma_ns", w->ctl_delay_ewma_ns, 3);
+		json_array("idle_ewma_ppm", w->ctl_idle_ewma_ppm, 3);
+		putchar('}');
+	}
 	putchar('}');
 }
 

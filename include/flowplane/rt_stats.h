@@ -83,6 +83,8 @@ enum fp_rt_cmd_op {
 
 #define FP_RT_GROUP_MOVING 0x8000u
 
+#define FP_RT_CTL_INTERVAL_US 10000u   /* IX: every 10 ms, for the previous 10 ms */
+
 struct fp_rt_worker_stats {
 	/* identity and liveness */
 	uint64_t seq;                 /* rounds published */
@@ -137,6 +139,18 @@ struct fp_rt_worker_stats {
 	 * TCP connections that came with the groups received. */
 	uint64_t moves_out, moves_in, move_held, move_forwarded, move_ns, move_ns_max;
 	uint64_t move_conns;
+
+	/* IX's control-plane metrics (its §4.3), computed every FP_RT_CTL_INTERVAL_US for
+	 * the interval before (xdp and pair transports): the mean time of a round (tau, ns,
+	 * sleep left out), the mean queue depth at a poll (frames taken plus frames still
+	 * waiting, x1000), the queueing delay they imply, ceil(Q/B) * tau (ns), and the
+	 * share of the interval's time spent idle (ppm, sleeping included); then the same four
+	 * smoothed, x = alpha * now + (1 - alpha) * x, for alpha = 1/2, 1/8 and 1/32. A
+	 * worker publishes them from its loop: one asleep (--idle sleep) publishes nothing
+	 * until it wakes, so ctl_intervals standing still means idle. */
+	uint64_t ctl_intervals;
+	uint64_t ctl_tau_ns, ctl_q_milli, ctl_delay_ns, ctl_idle_ppm;
+	uint64_t ctl_tau_ewma_ns[3], ctl_q_ewma_milli[3], ctl_delay_ewma_ns[3], ctl_idle_ewma_ppm[3];
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

@@ -243,6 +243,7 @@ def test_groups_move_under_load(topo, build_dir):
         r = topo.sh(topo.srv_ns, build_dir / "tools" / "fp-stats", "--name", name, "--totals")
         ws = json.loads(r.stdout.strip().splitlines()[-1])["workers"]
         groups = fp_ctl(build_dir, "groups", name).stdout
+        watch = fp_ctl(build_dir, "watch", name, 2).stdout
     finally:
         p.send_signal(2)
         _, serr = p.communicate(timeout=20)
@@ -254,6 +255,9 @@ def test_groups_move_under_load(topo, build_dir):
     assert sum(w["moves_in"] for w in ws) == sum(w["moves_out"] for w in ws) == moves
     assert sum(w["move_conns"] for w in ws) > 0, ws        # some moves took connections
     assert all(w["steer_drop"] == 0 and w["net"]["tcp_rst_tx"] == 0 for w in ws), ws
+    # IX's metrics were published all along, and fp-ctl watch shows both workers
+    assert all(w["ctl"]["intervals"] > 0 and w["ctl"]["idle_ppm"] <= 1000000 for w in ws), ws
+    assert len([l for l in watch.splitlines() if l.split()[0] in ("0", "1")]) == 4, watch
     # the table fp-ctl shows is the one the moves made
     for w in (0, 1):
         line = next(l for l in groups.splitlines() if l.startswith(f"worker {w}:"))

@@ -21,6 +21,7 @@
 #include <flowplane/rt_stats.h>
 
 #include "harness.h"
+#include "defs.h"
 
 /*
  * Two workers of one fp_rt_run, joined by a pair (dev.h): worker 0 is 10.9.0.1 and serves
@@ -1199,9 +1200,58 @@ static void test_stats_segment(void **state)
 	assert_int_equal(errno, ENOENT);
 }
 
+/* IX's control-plane metrics from one worker's sums: the interval's tau, Q, delay and
+ * idle share, and their three moving averages (rt_stats.h ctl_*). */
+static void test_ctl_metrics(void **state)
+{
+	struct fp_rt_worker_stats s;
+	struct rt_ctl_acc a;
+
+	(void)state;
+	fp_tsc_calibrate(20000);
+	memset(&s, 0, sizeof(s));
+	memset(&a, 0, sizeof(a));
+	rt_ctl_interval(&a, &s, 1000, 2);           /* the first call only starts an interval */
+	assert_int_equal(s.ctl_intervals, 0);
+	assert_int_equal(a.end_us, 1000 + FP_RT_CTL_INTERVAL_US);
+	for (int i = 0; i < 100; i++)
+		rt_ctl_round(&a, 5000, 3);              /* Q = 3 frames at every poll */
+	s.busy_cycles += 300000;
+	s.idle_cycles += 100000;
+	rt_ctl_interval(&a, &s, a.end_us, 2);
+	uint64_t tau = fp_cycles_to_ns(5000);
+	assert_int_equal(s.ctl_intervals, 1);
+	assert_int_equal(s.ctl_tau_ns, tau);
+	assert_int_equal(s.ctl_q_milli, 3000);
+	assert_int_equal(s.ctl_delay_ns, 2 * tau);  /* ceil(3 / B=2) rounds */
+	assert_int_equal(s.ctl_idle_ppm, 250000);
+	for (int k = 0; k < 3; k++) {               /* the first interval seeds the averages */
+		assert_int_equal(s.ctl_q_ewma_milli[k], 3000);
+		assert_int_equal(s.ctl_delay_ewma_ns[k], 2 * tau);
+	}
+	for (int i = 0; i < 10; i++)
+		rt_ctl_round(&a, 5000, 0);              /* an empty queue */
+	s.idle_cycles += 100000;
+	rt_ctl_interval(&a, &s, a.end_us, 2);
+	assert_int_equal(s.ctl_intervals, 2);
+	assert_int_equal(s.ctl_q_milli, 0);
+	assert_int_equal(s.ctl_delay_ns, 0);
+	assert_int_equal(s.ctl_idle_ppm, 1000000);
+	assert_int_equal(s.ctl_q_ewma_milli[0], 1500);   /* alpha 1/2 */
+	assert_int_equal(s.ctl_q_ewma_milli[1], 2625);   /* alpha 1/8 */
+	assert_int_equal(s.ctl_q_ewma_milli[2], 2907);   /* alpha 1/32, truncated */
+	assert_int_equal(s.ctl_idle_ewma_ppm[0], 625000);
+	/* an interval with no round at all (a worker asleep throughout) */
+	rt_ctl_interval(&a, &s, a.end_us, 2);
+	assert_int_equal(s.ctl_intervals, 3);
+	assert_int_equal(s.ctl_tau_ns, 0);
+	assert_int_equal(s.ctl_idle_ppm, 1000000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ctl_metrics),
 		cmocka_unit_test(test_options_good),
 		cmocka_unit_test(test_options_bad),
 		cmocka_unit_test(test_options_help),

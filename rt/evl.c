@@ -500,6 +500,72 @@ static void evl_poll(struct fp_ctx *ctx)
 	evl->in_handle = false;
 }
 
+/* ---- flow-group migration: a connection changes worker ---- */
+
+static void unlink_from(struct fp_evl_conn **head, struct fp_evl_conn *c, bool reap)
+{
+	for (struct fp_evl_conn **pp = head; *pp; pp = reap ? &(*pp)->reap_next : &(*pp)->dirty_next)
+		if (*pp == c) {
+			*pp = reap ? c->reap_next : c->dirty_next;
+			return;
+		}
+}
+
+/* fp_app.flow_leave, on the old worker between rounds: out of its lists. */
+static void evl_flow_leave(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cookie)
+{
+	struct fp_evl *evl = fp_ctx_user(ctx);
+	struct fp_evl_conn *c = (struct fp_evl_conn *)(uintptr_t)cookie;
+
+	(void)flow;
+	if (!evl || !c || (cookie & EVL_LISTENER_TAG) || c->evl != evl)
+		return;   /* a listener's cookie: the flow was never this layer's */
+	if (evl->ops->leaving)
+		evl->ops->leaving(c);
+	if (c->dirty)
+		unlink_from(&evl->dirty, c, false);
+	if (c->reaping)
+		unlink_from(&evl->reap, c, true);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		evl->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	evl->n_conns--;
+	c->evl = NULL;
+}
+
+/* fp_app.flow_arrive, on the new worker before its next round. */
+static void evl_flow_arrive(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cookie)
+{
+	struct fp_evl *evl = fp_ctx_user(ctx);
+	struct fp_evl_conn *c = (struct fp_evl_conn *)(uintptr_t)cookie;
+
+	(void)flow;
+	if (!evl || !c || (cookie & EVL_LISTENER_TAG) || c->evl)
+		return;
+	c->evl = evl;
+	/* not one of this round's new connections (evl_knocked scans those at the head) */
+	c->born = evl->round;
+	c->prev = NULL;
+	c->next = evl->conns;
+	if (evl->conns)
+		evl->conns->prev = c;
+	evl->conns = c;
+	evl->n_conns++;
+	if (c->dirty) {
+		c->dirty_next = evl->dirty;
+		evl->dirty = c;
+	}
+	if (c->reaping) {
+		c->reap_next = evl->reap;
+		evl->reap = c;
+	}
+	if (evl->ops->arrived)
+		evl->ops->arrived(c);
+}
+
 void fp_evl_app(struct fp_app *app, const struct fp_evl_ops *ops, void *arg)
 {
 	memset(app, 0, sizeof(*app));
@@ -510,6 +576,10 @@ void fp_evl_app(struct fp_app *app, const struct fp_evl_ops *ops, void *arg)
 	app->poll = ops->poll ? evl_poll : NULL;
 	app->arg = arg;
 	app->layer = ops;
+	if (ops->movable) {
+		app->flow_leave = evl_flow_leave;
+		app->flow_arrive = evl_flow_arrive;
+	}
 }
 
 /* ---- the API ---- */

@@ -1013,7 +1013,8 @@ static void rt_command(struct rt_start *s)
 	case FP_RT_CMD_MOVE_GROUP:
 		if (!s->run.steer || s->run.sh)
 			r = -EOPNOTSUPP;   /* no flow groups here, or --sched steal */
-		else if (!s->run.app->steal_safe)
+		else if (!s->run.app->steal_safe &&
+			 !(s->run.app->flow_leave && s->run.app->flow_arrive))
 			r = -EPERM;        /* the application's flows cannot change worker */
 		else
 			r = rt_steer_ask_move(s->run.steer, a0, a1);

@@ -47,17 +47,26 @@
  * them last. Meanwhile every frame of the group goes to B, which holds it; a frame A
  * still finds on its way to itself (from a ring) it forwards to B. B takes the message
  * in order with the frames on that ring, adopts the connections (fp_stack_tcp_import,
- * flow_arrive), clears the mark, and passes the held frames up in the order they came:
- * nothing dropped, nothing reordered within a ring.
+ * flow_arrive), clears the mark, and passes the held frames up: nothing dropped, and no
+ * flow's frames reordered, which takes two more rules.
+ *
+ * A flow's frames all arrive on one queue, X's; before X sees the switch they go X->A,
+ * after it X->B. So A must have taken (and forwarded to B) everything X sent it before
+ * X saw the switch, before A sends the message: each switch bumps an epoch, and every
+ * worker, at the start of a round that finds a new epoch, puts a fence carrying it in
+ * each of its rings; A sends the message only once it has taken, from every other
+ * worker, a fence of the switch's epoch or later. And B, at the message, passes up first
+ * what it held from A's ring (the older frames A forwarded), then the rest.
  *
  * The key is the symmetric one (rss.h): a frame and its reply hash alike, so a stack that
  * picks an ephemeral port whose group is its own (net.h's steer_table) gets the replies
  * home, and fp-loadgen with the same table and as many workers sends each flow on the
  * queue of the server worker that owns it, as a NIC's RSS would.
  */
-#define RT_STEER_RING  512      /* frames in flight from one worker to another */
+#define RT_STEER_RING  1024     /* frames in flight from one worker to another */
 #define RT_STEER_LEARN 1ul      /* tag on a ring entry: an ARP copy to learn from */
 #define RT_STEER_MSG   2ul      /* tag on a ring entry: a group arriving (struct rt_move) */
+#define RT_STEER_FENCE 3ul      /* tag on a ring entry: (epoch << 2) | 3, see below */
 #define RT_STEER_TAGS  3ul
 #define RT_STEER_HOLD  4096     /* frames a worker holds for groups on their way to it */
 #define RT_MOVING      FP_RT_GROUP_MOVING
@@ -86,10 +95,16 @@ struct rt_steer_wk {
 	uint32_t move_req;            /* the move it is doing, as @req; 0: none */
 	struct rt_move *move_msg;     /* built, not yet sent (the ring was full) */
 	uint64_t move_t0;             /* when it switched the table for move_req */
+	uint32_t move_epoch;          /* the epoch its switch for move_req began */
+	uint32_t seen_epoch;          /* the last epoch it fenced all its rings for */
+	uint32_t fence_from[FP_RT_MAX_WORKERS]; /* highest fence taken from each worker */
 	unsigned n_hold;              /* frames held for groups on their way here */
 	struct fp_mbuf *hold[RT_STEER_HOLD];
 	uint8_t hold_g[RT_STEER_HOLD];
+	uint8_t hold_src[RT_STEER_HOLD]; /* the ring it came from; RT_HOLD_OWN: our queue */
 } fp_aligned_cache;
+
+#define RT_HOLD_OWN 0xffu
 
 struct rt_steer {
 	unsigned n;
@@ -99,6 +114,7 @@ struct rt_steer {
 	struct fp_ring **rings;       /* [src * n + dst]: src produces, dst consumes */
 	struct rt_steer_wk *wk;
 	uint16_t *shown;              /* the stats header's copy of the table, or NULL */
+	atomic_uint epoch;            /* bumped by each switch of a group (see fences) */
 	uint64_t secret;              /* every stack's (ISNs, SYN cookies): a connection that
 				       * moves, or a cookie's ACK arriving after its group moved,
 				       * must check out on any worker */
@@ -297,12 +313,14 @@ static void share_arp(struct rt_steer *s, unsigned me, struct fp_pool_cache *c,
 	}
 }
 
-/* Hold @m (of group @g, on its way here) until the group arrives; false when full. */
-static bool hold(struct rt_steer_wk *w, struct fp_mbuf *m, unsigned g)
+/* Hold @m (of group @g, on its way here, from ring @src or RT_HOLD_OWN) until the group
+ * arrives; false when full. */
+static bool hold(struct rt_steer_wk *w, struct fp_mbuf *m, unsigned g, unsigned src)
 {
 	if (w->n_hold == RT_STEER_HOLD)
 		return false;
 	w->hold[w->n_hold] = m;
+	w->hold_src[w->n_hold] = (uint8_t)src;
 	w->hold_g[w->n_hold++] = (uint8_t)g;
 	return true;
 }
@@ -356,7 +374,7 @@ unsigned rt_steer_rx(struct rt_steer *s, unsigned me, struct fp_pool_cache *c,
 			rx[kept++] = m;
 			break;
 		case 1:
-			if (hold(&s->wk[me], m, (unsigned)g)) {
+			if (hold(&s->wk[me], m, (unsigned)g, RT_HOLD_OWN)) {
 				st->move_held++;
 			} else {
 				fp_mbuf_free(c, m);
@@ -396,20 +414,28 @@ static void arrive(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct f
 	__atomic_store_n(&s->table[mv->group], (uint16_t)me, __ATOMIC_RELEASE);
 	if (s->shown)
 		__atomic_store_n(&s->shown[mv->group], (uint16_t)me, __ATOMIC_RELAXED);
-	for (unsigned i = 0; i < w->n_hold; i++) {
-		if (w->hold_g[i] != mv->group) {
-			w->hold[kept] = w->hold[i];
-			w->hold_g[kept++] = w->hold_g[i];
-			continue;
-		}
-		up[n++] = w->hold[i];
-		if (n == FP_ARRAY_SIZE(up)) {
-			fp_stack_input(stack, up, n, now);
-			n = 0;
+	/* what came through the old owner (older: it forwarded it) first, then the rest */
+	for (int pass = 0; pass < 2; pass++) {
+		for (unsigned i = 0; i < w->n_hold; i++) {
+			if (w->hold_g[i] != mv->group || (w->hold_src[i] == mv->from) != !pass)
+				continue;
+			up[n++] = w->hold[i];
+			w->hold[i] = NULL;
+			if (n == FP_ARRAY_SIZE(up)) {
+				fp_stack_input(stack, up, n, now);
+				n = 0;
+			}
 		}
 	}
 	if (n)
 		fp_stack_input(stack, up, n, now);
+	for (unsigned i = 0; i < w->n_hold; i++) {
+		if (!w->hold[i])
+			continue;
+		w->hold[kept] = w->hold[i];
+		w->hold_src[kept] = w->hold_src[i];
+		w->hold_g[kept++] = w->hold_g[i];
+	}
 	w->n_hold = kept;
 	uint64_t ns = rt_unix_ns() - mv->t0_ns;
 	st->moves_in++;
@@ -425,9 +451,26 @@ unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_ctx *ctx,
 		       struct fp_stack *stack, struct fp_pool_cache *c, struct fp_mbuf **out,
 		       unsigned max, uint64_t now, struct fp_rt_worker_stats *st)
 {
+	struct rt_steer_wk *w = &s->wk[me];
 	uint64_t touched = 0;
 	unsigned got = 0, d = 0;
 
+	/* A group switched since our last round: everything we handed anyone before now
+	 * used the old table. Say so in every ring (see the fences above). */
+	uint32_t e = atomic_load_explicit(&s->epoch, memory_order_acquire);
+	if (e != w->seen_epoch) {
+		void *fence = (void *)(uintptr_t)(((uintptr_t)e << 2) | RT_STEER_FENCE);
+		bool all = true;
+		for (unsigned y = 0; y < s->n; y++)
+			if (y != me) {
+				if (fp_ring_sp_enqueue_burst(s->rings[me * s->n + y], &fence, 1) == 1)
+					touched |= 1ull << y;
+				else
+					all = false;   /* full: again next round (a fence twice is harmless) */
+			}
+		if (all)
+			w->seen_epoch = e;
+	}
 	for (unsigned k = 1; k < s->n && got < max; k++) {
 		unsigned src = (me + k) % s->n;   /* start after us: no worker always first */
 		struct fp_ring *r = s->rings[src * s->n + me];
@@ -438,6 +481,12 @@ unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_ctx *ctx,
 		for (unsigned i = 0; i < n; i++) {
 			uintptr_t tag = (uintptr_t)in[i] & RT_STEER_TAGS;
 			struct fp_mbuf *m = (struct fp_mbuf *)((uintptr_t)in[i] & ~RT_STEER_TAGS);
+			if (tag == RT_STEER_FENCE) {
+				uint32_t fe = (uint32_t)((uintptr_t)in[i] >> 2);
+				if ((int32_t)(fe - w->fence_from[src]) > 0)
+					w->fence_from[src] = fe;
+				continue;
+			}
 			if (tag == RT_STEER_LEARN) {
 				if (stack)
 					fp_stack_arp_learn(stack, m);
@@ -462,7 +511,7 @@ unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_ctx *ctx,
 				out[got++] = m;
 				break;
 			case 1:
-				if (hold(&s->wk[me], m, (unsigned)g)) {
+				if (hold(&s->wk[me], m, (unsigned)g, src)) {
 					st->move_held++;
 				} else {
 					fp_mbuf_free(c, m);
@@ -539,9 +588,24 @@ static struct rt_move *move_build(struct fp_ctx *ctx, unsigned g, struct fp_tcp_
 	return mv;
 }
 
+/* Every other worker has fenced its ring to us since @epoch: what they handed us under
+ * the old table is all taken (and forwarded). */
+static bool fenced(const struct rt_steer *s, unsigned me, uint32_t epoch)
+{
+	const struct rt_steer_wk *w = &s->wk[me];
+
+	for (unsigned x = 0; x < s->n; x++)
+		if (x != me && (int32_t)(w->fence_from[x] - epoch) < 0)
+			return false;
+	return true;
+}
+
 static bool move_send(struct rt_steer *s, unsigned me, unsigned to, struct rt_move *mv)
 {
 	void *p = (void *)((uintptr_t)mv | RT_STEER_MSG);
+
+	if (!fenced(s, me, s->wk[me].move_epoch))
+		return false;
 
 	if (fp_ring_sp_enqueue_burst(s->rings[me * s->n + to], &p, 1) != 1)
 		return false;
@@ -577,6 +641,10 @@ void rt_steer_moves(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct 
 			__atomic_store_n(&s->shown[g], (uint16_t)(to | RT_MOVING), __ATOMIC_RELAXED);
 		w->move_req = r;
 		w->move_t0 = rt_unix_ns();
+		/* a new epoch: every worker fences its rings at its next round; the sleeping
+		 * ones are woken for it */
+		w->move_epoch = atomic_fetch_add_explicit(&s->epoch, 1, memory_order_acq_rel) + 1;
+		wake(s, (s->n < 64 ? (1ull << s->n) - 1 : ~0ull) & ~(1ull << me));
 	}
 	unsigned g = (w->move_req - 1) >> 16, to = (w->move_req - 1) & 0xffff;
 	mask[g / 64] = 1ull << (g % 64);
@@ -636,6 +704,10 @@ bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me)
 {
 	atomic_store_explicit(&s->wk[me].sleeping, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&s->epoch, memory_order_relaxed) != s->wk[me].seen_epoch) {
+		atomic_store_explicit(&s->wk[me].sleeping, 0, memory_order_relaxed);
+		return false;   /* a fence to put in our rings first */
+	}
 	for (unsigned src = 0; src < s->n; src++) {
 		if (src != me && fp_ring_count(s->rings[src * s->n + me])) {
 			atomic_store_explicit(&s->wk[me].sleeping, 0, memory_order_relaxed);

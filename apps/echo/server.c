@@ -71,6 +71,7 @@ static const struct fp_evl_ops srv_ops = {
 	.init = srv_init,
 	.max_pending = ECHO_MAX_PENDING,
 	.max_unread = ECHO_MAX_UNREAD,  /* echoed piecewise: no request needs to be whole */
+	.movable = true,                /* nothing per worker: a connection may change worker */
 };
 
 int echo_server_run(const struct echo_opts *o)

@@ -122,12 +122,13 @@ struct fp_app {
 	 * workers may run it at once for different flows; and that it frees a flow's
 	 * state only once the returns of the CLOSE or ABORT it queued have come back. */
 	bool steal_safe;
-	/* Flow-group migration (IX; rt/steer.c): a steal-safe application's flows may move
-	 * to another worker, their returns with them. @flow_leave runs on the old worker,
-	 * between rounds, for each flow it still holds or has returns pending for; it may
-	 * not queue calls. @flow_arrive runs on the new worker before its next round. The
-	 * cookie is the flow's. Both are optional: an application whose per-flow state is
-	 * all in the cookie needs neither; one keeping per-worker lists moves entries. */
+	/* Flow-group migration (IX; rt/steer.c): an application's flows may move to another
+	 * worker, their returns with them, if it is steal-safe or has both hooks. @flow_leave
+	 * runs on the old worker, between rounds, for each flow it still holds or has
+	 * returns pending for; it may not queue calls. @flow_arrive runs on the new worker
+	 * before its next round. The cookie is the flow's. A steal-safe application whose
+	 * per-flow state is all in the cookie needs neither; one keeping per-worker lists
+	 * moves entries (evl.c does, for applications whose fp_evl_ops say movable). */
 	void (*flow_leave)(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cookie);
 	void (*flow_arrive)(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cookie);
 };

@@ -78,6 +78,14 @@ struct fp_evl_ops {
 	/* Optional: once per round, after the timers (fp_app.poll): writes made here leave
 	 * together, one sendv per connection, right after it. */
 	void (*poll)(struct fp_evl *evl);
+	/* Flow-group migration (rt/steer.c, fp-ctl move): @movable says a connection may
+	 * change worker. Its evl state moves with it; what the application keeps per worker
+	 * it moves in @leaving (on the old worker, the connection still reachable there) and
+	 * @arrived (on the new one: fp_evl_of(c) is the new worker's). Both optional; an
+	 * application without per-worker state needs neither. */
+	bool movable;
+	void (*leaving)(struct fp_evl_conn *c);
+	void (*arrived)(struct fp_evl_conn *c);
 	size_t max_pending;          /* output bytes per connection; 0 = 4 MiB */
 	size_t max_unread;           /* input @read may leave unconsumed before more is held
 				      * back (TCP then stops the peer); 0 = max_pending */

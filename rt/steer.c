@@ -620,7 +620,7 @@ void rt_steer_moves(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct 
 	uint64_t mask[2] = { 0, 0 };
 	struct fp_tcp_conn *chain;
 
-	if (w->move_msg) {   /* built earlier; the ring to its worker was full */
+	if (w->move_msg) {   /* built earlier: waiting for the fences, or the ring was full */
 		unsigned to = __atomic_load_n(&s->table[w->move_msg->group], __ATOMIC_RELAXED) &
 			      RT_OWNER_MASK;
 		if (move_send(s, me, to, w->move_msg))
@@ -632,8 +632,8 @@ void rt_steer_moves(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct 
 		if (!r)
 			return;
 		unsigned g = (r - 1) >> 16, to = (r - 1) & 0xffff;
-		uint16_t e = __atomic_load_n(&s->table[g], __ATOMIC_RELAXED);
-		if (g >= FP_RSS_GROUPS || to >= s->n || to == me || e != me)
+		if (g >= FP_RSS_GROUPS || to >= s->n || to == me ||
+		    __atomic_load_n(&s->table[g], __ATOMIC_RELAXED) != me)
 			return;   /* checked when asked; a later move got there first */
 		/* From here every frame of the group goes to @to, which holds it. */
 		__atomic_store_n(&s->table[g], (uint16_t)(to | RT_MOVING), __ATOMIC_RELEASE);

@@ -1,5 +1,6 @@
 /* evl.c: the event-callback layer over the native API (libix): rounds, conditions, connection lifetime. */
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,7 @@
  */
 
 #define EVL_LISTENER_TAG  1u                      /* bit 0 of a listener's cookie */
+#define EVL_TRIM_BYTES    (8u << 20)              /* freed output chunks between trims */
 
 /* ---- connections ---- */
 
@@ -415,6 +417,7 @@ static int evl_init(struct fp_ctx *ctx, void *arg)
 	evl->max_pending = ops->max_pending ? ops->max_pending : EVL_DEFAULT_MAX_PENDING;
 	rx_max = ops->max_unread ? ops->max_unread : evl->max_pending;
 	evl->rx_max = rx_max < EVL_RX_CAP ? (uint32_t)rx_max : EVL_RX_CAP;
+	evl->out_budget = ops->max_total_pending / (ctx->n_workers ? ctx->n_workers : 1);
 	fp_ctx_set_user(ctx, evl);
 	rc = ops->init ? ops->init(evl, arg) : 0;
 	if (rc) {
@@ -451,6 +454,14 @@ static void evl_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned
 		c->reaping = false;
 		if (c->state == EVL_RELEASED && !c->inflight)
 			evl_conn_free(c);
+	}
+	/* Output that drained goes back to the system, not only to malloc's free lists
+	 * (they keep what was freed: a burst of slow readers would hold its peak forever):
+	 * every 8 MiB freed, and whatever was freed once no output is left. */
+	if (evl->freed_since_trim >= EVL_TRIM_BYTES ||
+	    (evl->freed_since_trim && !evl->out_total)) {
+		evl->freed_since_trim = 0;
+		malloc_trim(0);
 	}
 }
 
@@ -522,6 +533,7 @@ static void evl_flow_leave(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t co
 		return;   /* a listener's cookie: the flow was never this layer's */
 	if (evl->ops->leaving)
 		evl->ops->leaving(c);
+	evl->out_total -= c->pending;
 	if (c->dirty)
 		unlink_from(&evl->dirty, c, false);
 	if (c->reaping)
@@ -554,6 +566,7 @@ static void evl_flow_arrive(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t c
 		evl->conns->prev = c;
 	evl->conns = c;
 	evl->n_conns++;
+	evl->out_total += c->pending;
 	if (c->dirty) {
 		c->dirty_next = evl->dirty;
 		evl->dirty = c;
@@ -588,6 +601,8 @@ struct fp_ctx *fp_evl_ctx(struct fp_evl *evl) { return evl->ctx; }
 void *fp_evl_user(const struct fp_evl *evl) { return evl->user; }
 void fp_evl_set_user(struct fp_evl *evl, void *user) { evl->user = user; }
 unsigned fp_evl_conns(const struct fp_evl *evl) { return evl->n_conns; }
+size_t fp_evl_out_total(const struct fp_evl *evl) { return evl->out_total; }
+uint64_t fp_evl_out_refused(const struct fp_evl *evl) { return evl->out_refused; }
 
 void fp_evl_listen(struct fp_evl *evl, uint16_t port, void *larg)
 {

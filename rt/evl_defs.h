@@ -118,6 +118,11 @@ struct fp_evl {
 	struct fp_evl_conn *dirty, *reap;
 	struct evl_chunk *free_chunks;
 	unsigned n_free_chunks;
+	size_t out_total;                          /* output bytes pending, all connections */
+	size_t out_budget;                         /* this worker's share of
+						    * ops->max_total_pending; 0: none */
+	uint64_t out_refused;                      /* writes refused for the budget */
+	size_t freed_since_trim;                   /* chunk bytes free()d since malloc_trim */
 	struct evl_listener *listeners;
 	struct evl_block *arena, *arena_cur;       /* blocks in order; allocating in cur */
 	uint64_t udp_send_errors;

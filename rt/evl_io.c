@@ -120,6 +120,7 @@ static void evl_chunk_put(struct fp_evl *evl, struct evl_chunk *ch)
 {
 	if (evl->n_free_chunks >= EVL_FREE_CHUNKS) {
 		free(ch);
+		evl->freed_since_trim += sizeof(*ch);
 		return;
 	}
 	ch->next = evl->free_chunks;
@@ -147,6 +148,8 @@ void evl_conn_io_free(struct fp_evl_conn *c)
 		evl_chunk_put(c->evl, ch);
 	}
 	c->head = c->tail = NULL;
+	c->evl->out_total -= c->pending;
+	c->pending = 0;
 	free(c->rx);
 	free(c->hold);
 	c->rx = NULL;
@@ -164,6 +167,7 @@ static void evl_out_advance(struct fp_evl_conn *c, size_t n)
 
 		c->head_off += take;
 		c->pending -= take;
+		c->evl->out_total -= take;
 		n -= take;
 		if (c->head_off == ch->len) {
 			c->head = ch->next;
@@ -208,6 +212,7 @@ static int evl_out_append(struct fp_evl_conn *c, const uint8_t *p, size_t len)
 		p += n;
 		len -= n;
 		c->pending += n;
+		evl->out_total += n;
 		c->tail = ch;
 	}
 	return 0;
@@ -341,6 +346,14 @@ int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len)
 	}
 	if (!len)
 		return 0;
+	/* Past the worker's share of the output budget, a connection whose output is not
+	 * draining gets no more (it stops reading, as memcached's does); one whose output is
+	 * empty may still have one answer, so a client that reads is always served. */
+	if (evl->out_budget && c->pending && evl->out_total + len > evl->out_budget) {
+		c->out_full = true;
+		evl->out_refused++;
+		return -ENOBUFS;
+	}
 	if ((rc = evl_out_append(c, data, len))) {
 		c->out_full = c->pending > 0;
 		return rc;
@@ -352,6 +365,18 @@ int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len)
 }
 
 size_t fp_evl_pending(const struct fp_evl_conn *c) { return c->pending; }
+
+size_t fp_evl_room(const struct fp_evl_conn *c)
+{
+	const struct fp_evl *evl = c->evl;
+	size_t room = c->pending < evl->max_pending ? evl->max_pending - c->pending : 0;
+
+	if (evl->out_budget && c->pending) {
+		size_t left = evl->out_total < evl->out_budget ? evl->out_budget - evl->out_total : 0;
+		room = room < left ? room : left;
+	}
+	return room;
+}
 
 /* ---- input ---- */
 

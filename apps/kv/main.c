@@ -33,6 +33,7 @@
 #define KV_CRAWL_BUDGET   320     /* ...and looks at up to 320 chunks per slab class: 32k
 				   * a second, a lap of 1M items in about 30 s */
 #define KV_MIN_PENDING    (4u << 20)
+#define KV_MAX_TOTAL_PENDING (64u << 20) /* output of all connections, shared by workers */
 #define OPT_RT_BASE       FP_RT_OPT_BASE   /* getopt value of runtime option i */
 
 struct kv_main {
@@ -117,6 +118,7 @@ static void kv_tick(struct fp_timer *t, uint64_t now_us)
 	struct kv_worker *wk = fp_container_of(t, struct kv_worker, tick);
 
 	kv_between_rounds(wk);
+	wk->m->proto.ws[wk->w].out_bytes = fp_evl_out_total(wk->evl);
 	if (++wk->ticks >= 1000000 / KV_TICK_US) {
 		wk->ticks = 0;
 		kv_uploads_check(wk);
@@ -173,9 +175,10 @@ static void kv_fini(struct fp_evl *evl)
 static size_t out_room(void *arg)
 {
 	struct kv_mconn *mc = arg;
-	size_t cap = mc->wk->m->ops.max_pending, pending = fp_evl_pending(mc->c);
 
-	return mc->aborted ? 0 : pending < cap ? cap - pending : 0;
+	/* the connection's cap, and the workers' output budget (a connection that does not
+	 * read stops being read from; issue 16, item 1) */
+	return mc->aborted ? 0 : fp_evl_room(mc->c);
 }
 
 static int out_write(void *arg, const struct iovec *iov, unsigned n)
@@ -538,6 +541,10 @@ static void finish_config(struct kv_main *m)
 		.max_pending = pending > KV_MIN_PENDING ? pending : KV_MIN_PENDING,
 		/* a multiget line must be shown whole */
 		.max_unread = KV_GET_LINE_MAX + KV_RBUF_SIZE,
+		/* all connections' output together: past it, only connections whose output
+		 * drains get answers (memcached holds at most one per connection, by
+		 * reference; we copy, so we bound the copies) */
+		.max_total_pending = KV_MAX_TOTAL_PENDING,
 	};
 }
 

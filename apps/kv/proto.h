@@ -76,6 +76,7 @@ struct kv_wstats {
 	uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta;
 	uint64_t store_too_large, store_no_memory, bytes_read, bytes_written;
 	uint64_t curr_conns, total_conns, conn_closed_bad;
+	uint64_t out_bytes;          /* answers not yet taken by the transport (every tick) */
 } __attribute__((aligned(64)));
 
 /* Server-wide: the store, the settings, the counters of every worker. */

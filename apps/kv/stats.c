@@ -87,6 +87,7 @@ static void sum_workers(const struct kv_proto *p, struct kv_wstats *s)
 		s->bytes_written += w->bytes_written;
 		s->curr_conns += w->curr_conns;
 		s->total_conns += w->total_conns;
+		s->out_bytes += w->out_bytes;
 	}
 }
 
@@ -112,11 +113,16 @@ static void stats_process(struct kv_proto *p, struct sbuf *b, const struct kv_ws
 	U("total_connections", w->total_conns);
 	U("rejected_connections", 0);
 	U("connection_structures", w->curr_conns);
+	/* memcached's response objects hold references; ours are copies of the answers,
+	 * bounded per connection and in all (evl's max_total_pending, main.c) */
 	static const char *const zero[] = {
-		"response_obj_oom", "response_obj_count", "response_obj_bytes", "read_buf_count",
+		"response_obj_oom", "response_obj_count", "read_buf_count",
 		"read_buf_bytes", "read_buf_bytes_free", "read_buf_oom", "reserved_fds",
 	};
-	for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++)
+	U(zero[0], 0);
+	U(zero[1], 0);
+	U("response_obj_bytes", w->out_bytes);
+	for (size_t i = 2; i < sizeof(zero) / sizeof(zero[0]); i++)
 		U(zero[i], 0);
 }
 

@@ -87,6 +87,11 @@ struct fp_evl_ops {
 	void (*leaving)(struct fp_evl_conn *c);
 	void (*arrived)(struct fp_evl_conn *c);
 	size_t max_pending;          /* output bytes per connection; 0 = 4 MiB */
+	size_t max_total_pending;    /* output bytes of all connections together, shared
+				      * evenly by the workers (0: no bound): past its share, a
+				      * worker refuses writes (-ENOBUFS) to connections whose
+				      * output is not empty, so clients that do not read stop
+				      * being read from, while one that reads is still served */
 	size_t max_unread;           /* input @read may leave unconsumed before more is held
 				      * back (TCP then stops the peer); 0 = max_pending */
 };
@@ -109,6 +114,10 @@ struct fp_evl_conn *fp_evl_connect(struct fp_evl *evl, uint32_t addr, uint16_t p
  * read leaves is shown again when the output moves) or -EPIPE (closing or dead). */
 int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len);
 size_t fp_evl_pending(const struct fp_evl_conn *c);       /* bytes not yet taken */
+/* What fp_evl_write() would take from @c now: its own cap, and on a connection whose
+ * output is not empty, what is left of the worker's share of max_total_pending (an
+ * application that waits for room is shown its input again once @c's output moves). */
+size_t fp_evl_room(const struct fp_evl_conn *c);
 
 /* Show @c's unconsumed input to @read again, then the input held back while it is not
  * full: for an application whose read left bytes for a reason of its own and can go on
@@ -136,3 +145,6 @@ int fp_evl_udp_send(struct fp_evl *evl, uint16_t sport, uint32_t addr, uint16_t 
 
 /* Live connections on this worker (for leak checks and stats). */
 unsigned fp_evl_conns(const struct fp_evl *evl);
+/* Output bytes pending on this worker's connections, and writes refused for the budget. */
+size_t fp_evl_out_total(const struct fp_evl *evl);
+uint64_t fp_evl_out_refused(const struct fp_evl *evl);

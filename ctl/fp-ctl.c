@@ -1,4 +1,4 @@
-/* fp-ctl: commands to a running flowplane through its stats segment's command channel (rt_stats.h): flow groups, for now. */
+/* fp-ctl: the control plane: commands to a running flowplane through its stats segment's command channel (rt_stats.h), and IX's control loop. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -7,15 +7,17 @@
 #include <string.h>
 #include <time.h>
 
-#include <flowplane/rt_stats.h>
+#include "ctl.h"
 
 /*
- * The control plane's first verbs (IX's control plane moves flow groups between cores;
- * the 10 Hz loop that decides when is the next step of ctl/):
+ * IX's control plane moves flow groups between cores and gives cores back:
  *
  *   fp-ctl groups NAME                  which worker owns each of the 128 flow groups
  *   fp-ctl move NAME GROUP WORKER       move a group; waits until it has arrived and
  *                                       says how long the move took
+ *   fp-ctl park NAME WORKER             stop a worker that owns no group from polling
+ *   fp-ctl unpark NAME WORKER           let it poll again (it gets groups by moves)
+ *   fp-ctl run NAME [OPTIONS]           the control loop (loop.c, policy.c)
  *   fp-ctl watch NAME [COUNT]           every 100 ms, per worker: its groups and IX's
  *                                       metrics (tau, Q, queueing delay, idle share)
  *   fp-ctl cmd NAME OP ARG0 ARG1        a raw command, answered with the run's verdict
@@ -23,61 +25,49 @@
  *
  * NAME is the run's --stats name. One controller at a time: the channel has one slot.
  */
-#define WAIT_TAKEN_MS   1000   /* the run answers within ~10 ms; allow for a busy box */
 #define WAIT_ARRIVED_MS 2000
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: fp-ctl groups NAME\n"
 		   "       fp-ctl move NAME GROUP WORKER\n"
+		   "       fp-ctl park NAME WORKER | fp-ctl unpark NAME WORKER\n"
+		   "       fp-ctl run NAME [--policy FILE] [--seconds S] [--log FILE] [--quiet]\n"
 		   "       fp-ctl watch NAME [COUNT]\n"
 		   "       fp-ctl cmd NAME OP ARG0 ARG1\n"
 		   "Commands to a running flowplane whose stats segment is NAME (--stats NAME).\n"
 		   "  groups   the flow-group table: for each worker, the groups it owns;\n"
-		   "           a group on its way to a worker is marked '>'\n"
+		   "           a group on its way to a worker is marked '>'; parked workers say so\n"
 		   "  move     move flow group GROUP (0..127) to worker WORKER; waits until it\n"
 		   "           has arrived and prints how long that took (xdp, several workers,\n"
-		   "           an application whose flows may change worker: fp-echo spin\n"
+		   "           an application whose flows may change worker: fp-echo server, spin\n"
 		   "           --native)\n"
+		   "  park     park worker WORKER: it stops polling and sleeps, giving its core\n"
+		   "           back (it must own no group; never the last worker polling)\n"
+		   "  unpark   let a parked worker poll again; groups reach it by moves\n"
+		   "  run      IX's control loop, every interval_ms (default 100: 10 Hz): unpark a\n"
+		   "           worker and spread the groups over it when some worker's queueing\n"
+		   "           delay ceil(Q/B)*tau exceeds delay_max_us (default 300); empty and\n"
+		   "           park the last polling worker when the mean idle share exceeds\n"
+		   "           1/n + idle_margin (default 0.1). --policy FILE: 'key = value' lines\n"
+		   "           (interval_ms, delay_max_us, up_ewma, down_ewma (1/2, 1/8 or 1/32),\n"
+		   "           idle_margin, min_workers, max_workers, down_hold_ms; ctl/README.md);\n"
+		   "           --seconds S: stop after S seconds (default: at SIGINT/SIGTERM or\n"
+		   "           when the run stops); --log FILE: one JSON line per tick; --quiet:\n"
+		   "           no line per change. The run keeps its workers as they are when the\n"
+		   "           loop ends\n"
 		   "  watch    every 100 ms (COUNT times, default until interrupted), per worker:\n"
 		   "           groups owned, round time tau, queue depth Q, the queueing delay\n"
 		   "           ceil(Q/B)*tau and the idle share, each smoothed with alpha 1/8\n"
-		   "           (IX's control-plane metrics, published every 10 ms)\n"
+		   "           (IX's control-plane metrics, published every 10 ms), parked or not\n"
 		   "  cmd      send raw command OP with ARG0 ARG1 and print the run's answer\n"
 		   "           (tests of the channel: unknown ops and bad arguments are refused)\n"
 		   "exit status: 0 done, 1 refused or timed out, 2 bad arguments\n");
 }
 
-static double mono_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-static void nap(void)
-{
-	struct timespec t = { 0, 200 * 1000 };
-
-	nanosleep(&t, NULL);
-}
-
-static struct fp_rt_stats_hdr *open_seg(const char *name)
-{
-	struct fp_rt_stats_hdr *h = fp_rt_stats_open_rw(name, NULL);
-
-	if (!h)
-		fprintf(stderr, "fp-ctl: no flowplane run with stats segment '%s' (%s): start it "
-			"with --stats %s, as the same user\n", name,
-			errno == EPROTO ? "a layout this fp-ctl does not know" : strerror(errno),
-			name);
-	return h;
-}
-
 static int cmd_groups(const char *name)
 {
-	struct fp_rt_stats_hdr *h = open_seg(name);
+	struct fp_rt_stats_hdr *h = ctl_open(name);
 
 	if (!h)
 		return 1;
@@ -96,7 +86,8 @@ static int cmd_groups(const char *name)
 			printf(" %s%u", e & FP_RT_GROUP_MOVING ? ">" : "", g);
 			n++;
 		}
-		printf("%s  (%u groups)\n", n ? "" : " -", n);
+		printf("%s  (%u groups)%s\n", n ? "" : " -", n,
+		       fp_rt_stats_worker(h, w)->parked ? " parked" : "");
 	}
 	return 0;
 }
@@ -114,31 +105,6 @@ static bool parse_u(const char *s, unsigned long max, unsigned *out)
 	return true;
 }
 
-/* Write one command and wait for the run to take it; its verdict, or 1 on a timeout. */
-static int send_cmd(struct fp_rt_stats_hdr *h, const char *name, uint32_t op, uint32_t a0,
-		    uint32_t a1, int *result)
-{
-	uint64_t done = __atomic_load_n(&h->cmd.done_seq, __ATOMIC_ACQUIRE);
-	uint64_t seq = __atomic_load_n(&h->cmd.seq, __ATOMIC_ACQUIRE);
-
-	seq = (seq > done ? seq : done) + 1;
-	h->cmd.op = op;
-	h->cmd.arg0 = a0;
-	h->cmd.arg1 = a1;
-	double t0 = mono_ms();
-	__atomic_store_n(&h->cmd.seq, seq, __ATOMIC_RELEASE);
-	while (__atomic_load_n(&h->cmd.done_seq, __ATOMIC_ACQUIRE) < seq) {
-		if (mono_ms() - t0 > WAIT_TAKEN_MS) {
-			fprintf(stderr, "fp-ctl: run '%s' did not take the command within %d ms (is "
-				"it stopped, or another controller writing?)\n", name, WAIT_TAKEN_MS);
-			return 1;
-		}
-		nap();
-	}
-	*result = h->cmd.result;
-	return 0;
-}
-
 static int cmd_raw(const char *name, const char *ops, const char *a0s, const char *a1s)
 {
 	unsigned op, a0, a1;
@@ -149,10 +115,10 @@ static int cmd_raw(const char *name, const char *ops, const char *a0s, const cha
 		fprintf(stderr, "fp-ctl: cmd: OP ARG0 ARG1 are unsigned numbers\n");
 		return 2;
 	}
-	struct fp_rt_stats_hdr *h = open_seg(name);
+	struct fp_rt_stats_hdr *h = ctl_open(name);
 	if (!h)
 		return 1;
-	if (send_cmd(h, name, op, a0, a1, &r))
+	if (ctl_send(h, name, op, a0, a1, &r))
 		return 1;
 	printf("result %d (%s); accepted %llu, rejected %llu\n", r, r ? strerror(-r) : "taken",
 	       (unsigned long long)h->cmd.accepted, (unsigned long long)h->cmd.rejected);
@@ -168,36 +134,28 @@ static int cmd_move(const char *name, const char *gs, const char *ws)
 			"(got '%s' '%s')\n", gs, ws);
 		return 2;
 	}
-	struct fp_rt_stats_hdr *h = open_seg(name);
+	struct fp_rt_stats_hdr *h = ctl_open(name);
 	if (!h)
 		return 1;
-	double t0 = mono_ms();
+	double t0 = ctl_mono_ms();
 	int r;
-	if (send_cmd(h, name, FP_RT_CMD_MOVE_GROUP, g, w, &r))
+	if (ctl_send(h, name, FP_RT_CMD_MOVE_GROUP, g, w, &r))
 		return 1;
 	if (r) {
-		const char *why = r == -EOPNOTSUPP ? "this run has no flow groups that can move "
-						    "(xdp, several workers, --steer groups, "
-						    "--sched part)"
-				  : r == -EPERM ? "the application's flows cannot change worker"
-				  : r == -EBUSY ? "that group, or its owner, is busy with a move: try "
-						  "again"
-				  : r == -EALREADY ? "the group is on that worker already"
-				  : r == -EINVAL ? "no such group or worker in this run"
-				  : strerror(-r);
-		fprintf(stderr, "fp-ctl: move %u to %u refused: %s\n", g, w, why);
+		fprintf(stderr, "fp-ctl: move %u to %u refused: %s\n", g, w,
+			ctl_refusal(FP_RT_CMD_MOVE_GROUP, r));
 		return 1;
 	}
 	while (__atomic_load_n(&h->groups[g], __ATOMIC_ACQUIRE) != w) {
-		if (mono_ms() - t0 > WAIT_ARRIVED_MS) {
+		if (ctl_mono_ms() - t0 > WAIT_ARRIVED_MS) {
 			fprintf(stderr, "fp-ctl: group %u has not arrived at worker %u after %d ms\n",
 				g, w, WAIT_ARRIVED_MS);
 			return 1;
 		}
-		nap();
+		ctl_nap_us(200);
 	}
 	printf("group %u moved to worker %u in %.2f ms (command to arrival, as seen here)\n", g,
-	       w, mono_ms() - t0);
+	       w, ctl_mono_ms() - t0);
 	return 0;
 }
 
@@ -209,7 +167,7 @@ static int cmd_watch(const char *name, const char *counts)
 		fprintf(stderr, "fp-ctl: watch: COUNT is a number of lines (got '%s')\n", counts);
 		return 2;
 	}
-	struct fp_rt_stats_hdr *h = open_seg(name);
+	struct fp_rt_stats_hdr *h = ctl_open(name);
 	if (!h)
 		return 1;
 	for (unsigned k = 0; !count || k < count; k++) {
@@ -217,21 +175,126 @@ static int cmd_watch(const char *name, const char *counts)
 			struct timespec t = { 0, 100 * 1000 * 1000 };
 			nanosleep(&t, NULL);
 		}
-		printf("%s", k ? "" : "worker  groups   tau_us      Q  delay_us  idle%  intervals\n");
+		printf("%s", k ? "" : "worker  groups   tau_us      Q  delay_us  idle%  intervals  "
+				      "parked_s\n");
 		for (unsigned w = 0; w < h->n_workers; w++) {
 			const struct fp_rt_worker_stats *r = fp_rt_stats_worker(h, w);
 			unsigned groups = 0;
 			for (unsigned g = 0; g < h->n_groups && g < 128; g++)
 				groups += (h->groups[g] & ~FP_RT_GROUP_MOVING) == w;
-			printf("%6u  %6u  %7.2f  %5.2f  %8.2f  %5.1f  %9llu\n", w, groups,
+			printf("%6u  %6u  %7.2f  %5.2f  %8.2f  %5.1f  %9llu  %8.2f%s\n", w, groups,
 			       (double)r->ctl_tau_ewma_ns[1] / 1e3, (double)r->ctl_q_ewma_milli[1] / 1e3,
 			       (double)r->ctl_delay_ewma_ns[1] / 1e3,
 			       (double)r->ctl_idle_ewma_ppm[1] / 1e4,
-			       (unsigned long long)r->ctl_intervals);
+			       (unsigned long long)r->ctl_intervals, (double)r->parked_ns / 1e9,
+			       r->parked ? " parked" : "");
 		}
 		fflush(stdout);
 	}
 	return 0;
+}
+
+static int cmd_park(const char *name, const char *ws, bool on)
+{
+	unsigned w;
+	int r;
+
+	if (!parse_u(ws, 63, &w)) {
+		fprintf(stderr, "fp-ctl: %spark: WORKER is a worker number (got '%s')\n",
+			on ? "" : "un", ws);
+		return 2;
+	}
+	struct fp_rt_stats_hdr *h = ctl_open(name);
+	if (!h)
+		return 1;
+	uint32_t op = on ? FP_RT_CMD_PARK : FP_RT_CMD_UNPARK;
+	if (ctl_send(h, name, op, w, 0, &r))
+		return 1;
+	if (r) {
+		fprintf(stderr, "fp-ctl: %spark %u refused: %s\n", on ? "" : "un", w,
+			ctl_refusal(op, r));
+		return 1;
+	}
+	printf("worker %u %s\n", w, on ? "parked" : "unparked");
+	return 0;
+}
+
+static char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t len = 0, cap = 0, n;
+
+	if (!f)
+		return NULL;
+	do {
+		if (len + 4096 + 1 > cap) {
+			char *nb = realloc(buf, cap = len + 65536);
+			if (!nb || cap > (1u << 20)) {
+				free(nb ? nb : buf);
+				fclose(f);
+				errno = EFBIG;
+				return NULL;
+			}
+			buf = nb;
+		}
+		n = fread(buf + len, 1, 4096, f);
+		len += n;
+	} while (n);
+	fclose(f);
+	buf[len] = '\0';
+	return buf;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	struct ctl_run_opts o = { 0 };
+	const char *name = NULL;
+	char err[256];
+
+	ctl_policy_default(&o.policy);
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i];
+		bool more = i + 1 < argc;
+
+		if (!strcmp(a, "--policy") && more) {
+			char *text = read_file(argv[++i]);
+			if (!text) {
+				fprintf(stderr, "fp-ctl: cannot read policy %s: %s\n", argv[i],
+					strerror(errno));
+				return 2;
+			}
+			int rc = ctl_policy_parse(text, &o.policy, err, sizeof(err));
+			free(text);
+			if (rc) {
+				fprintf(stderr, "fp-ctl: policy %s: %s\n", argv[i], err);
+				return 2;
+			}
+		} else if (!strcmp(a, "--seconds") && more) {
+			char *end;
+			o.seconds = strtod(argv[++i], &end);
+			if (*end || end == argv[i] || !(o.seconds > 0) || o.seconds > 1e7) {
+				fprintf(stderr, "fp-ctl: --seconds wants a positive number (got '%s')\n",
+					argv[i]);
+				return 2;
+			}
+		} else if (!strcmp(a, "--log") && more) {
+			o.log_path = argv[++i];
+		} else if (!strcmp(a, "--quiet")) {
+			o.quiet = true;
+		} else if (a[0] != '-' && !name) {
+			name = a;
+		} else {
+			fprintf(stderr, "fp-ctl: run: unknown or incomplete option '%s' (fp-ctl "
+				"--help)\n", a);
+			return 2;
+		}
+	}
+	if (!name) {
+		fprintf(stderr, "fp-ctl: run: which run? fp-ctl run NAME (its --stats name)\n");
+		return 2;
+	}
+	return ctl_loop(name, &o);
 }
 
 int main(int argc, char **argv)
@@ -244,6 +307,10 @@ int main(int argc, char **argv)
 		return cmd_groups(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "move"))
 		return cmd_move(argv[2], argv[3], argv[4]);
+	if (argc == 4 && (!strcmp(argv[1], "park") || !strcmp(argv[1], "unpark")))
+		return cmd_park(argv[2], argv[3], !strcmp(argv[1], "park"));
+	if (argc >= 3 && !strcmp(argv[1], "run"))
+		return cmd_run(argc, argv);
 	if ((argc == 3 || argc == 4) && !strcmp(argv[1], "watch"))
 		return cmd_watch(argv[2], argc == 4 ? argv[3] : NULL);
 	if (argc == 6 && !strcmp(argv[1], "cmd"))

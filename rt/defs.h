@@ -139,6 +139,11 @@ unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_ctx *ctx,
 int rt_steer_ask_move(struct rt_steer *s, unsigned g, unsigned to);
 void rt_steer_moves(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct fp_stack *stack,
 		    struct fp_rt_worker_stats *st);
+/* Park or unpark @worker (the command channel): 0, -EINVAL, -EALREADY, -EBUSY (a move to
+ * it is pending, or it is the last one polling), -ENOTEMPTY (it owns groups). A move to a
+ * parked worker is refused with -EHOSTDOWN. */
+int rt_steer_park(struct rt_steer *s, unsigned worker, bool park);
+bool rt_steer_parked(const struct rt_steer *s, unsigned worker);
 void rt_steer_worker_exit(struct rt_steer *s, unsigned me, struct fp_stack *stack,
 			  struct fp_pool_cache *c);
 /* Before sleeping: false when frames already wait (do not sleep); after: done. */

@@ -976,6 +976,7 @@ static uint64_t rt_thread_wait_ns(const struct rt_thread *t)
  * RT_STARVE_WARN_US.
  */
 #define RT_STARVE_CHECK_US 1000000u
+#define RT_CMD_BUSY_US     200000u   /* after a command, answer the next within 1 ms */
 #define RT_STARVE_WARN_US  (10u * 1000000)
 
 static void rt_starve_check(struct rt_start *s, uint64_t now_us, uint64_t span_us)
@@ -999,15 +1000,16 @@ static void rt_starve_check(struct rt_start *s, uint64_t now_us, uint64_t span_u
 	}
 }
 
-/* A command from the stats segment's channel (fp-ctl): checked, passed on, answered. */
-static void rt_command(struct rt_start *s)
+/* A command from the stats segment's channel (fp-ctl): checked, passed on, answered.
+ * True when there was one. */
+static bool rt_command(struct rt_start *s)
 {
 	struct fp_rt_stats_hdr *h = s->run.stats_hdr;
 	uint64_t seq;
 	int r;
 
 	if (!h || (seq = __atomic_load_n(&h->cmd.seq, __ATOMIC_ACQUIRE)) <= h->cmd.done_seq)
-		return;
+		return false;
 	uint32_t op = h->cmd.op, a0 = h->cmd.arg0, a1 = h->cmd.arg1;
 	switch (op) {
 	case FP_RT_CMD_MOVE_GROUP:
@@ -1019,6 +1021,13 @@ static void rt_command(struct rt_start *s)
 		else
 			r = rt_steer_ask_move(s->run.steer, a0, a1);
 		break;
+	case FP_RT_CMD_PARK:
+	case FP_RT_CMD_UNPARK:
+		if (!s->run.steer || s->run.sh)
+			r = -EOPNOTSUPP;   /* a worker's flows cannot be moved away */
+		else
+			r = rt_steer_park(s->run.steer, a0, op == FP_RT_CMD_PARK);
+		break;
 	default:
 		r = -EINVAL;
 		break;
@@ -1029,13 +1038,14 @@ static void rt_command(struct rt_start *s)
 	else
 		h->cmd.accepted++;
 	__atomic_store_n(&h->cmd.done_seq, seq, __ATOMIC_RELEASE);
+	return true;
 }
 
 /* The main thread's part: wait for a signal or for the run to stop by itself. */
 static void rt_wait(struct rt_start *s)
 {
 	bool told = s->cfg.quiet;
-	uint64_t last_check = rt_now_us();
+	uint64_t last_check = rt_now_us(), last_cmd = 0;
 
 	while (!atomic_load(&s->run.stop)) {
 		struct pollfd p[2] = { { .fd = s->sig_fd, .events = POLLIN },
@@ -1048,14 +1058,19 @@ static void rt_wait(struct rt_start *s)
 			rt_summary(s);
 			told = true;
 		}
-		/* with flow groups it also answers commands, within about 10 ms */
-		if (poll(p, 2, !told ? 5 : s->run.steer ? 10 : 100) > 0 && (p[0].revents & POLLIN) &&
+		/* With flow groups it also answers commands, within about 10 ms, and within
+		 * 1 ms while a controller is talking (a rebalance is many moves). */
+		uint64_t now0 = rt_now_us();
+		int wait_ms = !told ? 5 : !s->run.steer ? 100
+			      : now0 - last_cmd < RT_CMD_BUSY_US ? 1 : 10;
+		if (poll(p, 2, wait_ms) > 0 && (p[0].revents & POLLIN) &&
 		    read(s->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 			atomic_store(&s->run.stop, true);
 			rt_run_wake(&s->run);
 		}
-		rt_command(s);
 		uint64_t now = rt_now_us();
+		if (rt_command(s))
+			last_cmd = now;
 		if (now - last_check >= RT_STARVE_CHECK_US) {
 			rt_starve_check(s, now, now - last_check);
 			last_check = now;

@@ -90,7 +90,9 @@ struct rt_steer_wk {
 	struct fp_devq *q;            /* the worker's queue (closed by rt_steer_destroy) */
 	uint64_t tally[4];            /* out, in, drop, rx frames: the worker's last word */
 	atomic_uint req;              /* a move asked of this worker (the group's owner):
-				       * (group << 16 | to) + 1, 0 for none */
+				       * (group << 16 | to) + 1, 0 for none; cleared once the
+				       * table shows it (rt_steer_park relies on that order) */
+	atomic_uint parked;           /* the control plane parked it: no groups, no polling */
 	/* only the worker touches what follows */
 	uint32_t move_req;            /* the move it is doing, as @req; 0: none */
 	struct rt_move *move_msg;     /* built, not yet sent (the ring was full) */
@@ -628,17 +630,22 @@ void rt_steer_moves(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct 
 		return;
 	}
 	if (!w->move_req) {
-		uint32_t r = atomic_exchange_explicit(&w->req, 0, memory_order_acquire);
+		uint32_t r = atomic_load_explicit(&w->req, memory_order_acquire);
 		if (!r)
 			return;
 		unsigned g = (r - 1) >> 16, to = (r - 1) & 0xffff;
 		if (g >= FP_RSS_GROUPS || to >= s->n || to == me ||
-		    __atomic_load_n(&s->table[g], __ATOMIC_RELAXED) != me)
+		    __atomic_load_n(&s->table[g], __ATOMIC_RELAXED) != me) {
+			atomic_store_explicit(&w->req, 0, memory_order_release);
 			return;   /* checked when asked; a later move got there first */
-		/* From here every frame of the group goes to @to, which holds it. */
+		}
+		/* From here every frame of the group goes to @to, which holds it. The request
+		 * is cleared only after the table says so: whoever sees no request sees the
+		 * group on its way to @to (a worker about to receive one is never parked). */
 		__atomic_store_n(&s->table[g], (uint16_t)(to | RT_MOVING), __ATOMIC_RELEASE);
 		if (s->shown)
 			__atomic_store_n(&s->shown[g], (uint16_t)(to | RT_MOVING), __ATOMIC_RELAXED);
+		atomic_store_explicit(&w->req, 0, memory_order_release);
 		w->move_req = r;
 		w->move_t0 = rt_unix_ns();
 		/* a new epoch: every worker fences its rings at its next round; the sleeping
@@ -675,11 +682,53 @@ int rt_steer_ask_move(struct rt_steer *s, unsigned g, unsigned to)
 		return -EBUSY;
 	if (from == to)
 		return -EALREADY;
+	if (atomic_load_explicit(&s->wk[to].parked, memory_order_relaxed))
+		return -EHOSTDOWN;   /* unpark it first */
 	uint32_t zero = 0;
 	if (!atomic_compare_exchange_strong(&s->wk[from].req, &zero, (g << 16 | to) + 1))
 		return -EBUSY;   /* that worker has a move still to start */
 	wake(s, 1ull << from);
 	return 0;
+}
+
+/*
+ * IX's control plane gives a core back by moving its flow groups away and then parking its
+ * worker: a parked worker sleeps in poll() whatever the idle policy, waking only for what
+ * still reaches it (frames its queue receives for other workers' groups, which it hands
+ * over; a fence; a timer of its stack) and to be unparked. So a worker is parked only once
+ * it owns no group, none is on its way to it and no move to it is still to start; and
+ * never the last worker left polling. Only the run's main thread calls this and
+ * rt_steer_ask_move (the command channel), so neither can slip between the other's checks.
+ */
+int rt_steer_park(struct rt_steer *s, unsigned worker, bool park)
+{
+	unsigned active = 0;
+
+	if (worker >= s->n)
+		return -EINVAL;
+	if (atomic_load_explicit(&s->wk[worker].parked, memory_order_relaxed) == park)
+		return -EALREADY;
+	if (park) {
+		for (unsigned i = 0; i < s->n; i++) {
+			uint32_t r = atomic_load_explicit(&s->wk[i].req, memory_order_acquire);
+			if (r && ((r - 1) & 0xffff) == worker)
+				return -EBUSY;   /* a move to it is still to start */
+			active += !atomic_load_explicit(&s->wk[i].parked, memory_order_relaxed);
+		}
+		if (active <= 1)
+			return -EBUSY;           /* the last worker polling */
+		for (unsigned g = 0; g < FP_RSS_GROUPS; g++)
+			if ((__atomic_load_n(&s->table[g], __ATOMIC_ACQUIRE) & RT_OWNER_MASK) == worker)
+				return -ENOTEMPTY;   /* it owns groups, or one is arriving */
+	}
+	atomic_store_explicit(&s->wk[worker].parked, park, memory_order_release);
+	wake(s, 1ull << worker);
+	return 0;
+}
+
+bool rt_steer_parked(const struct rt_steer *s, unsigned worker)
+{
+	return atomic_load_explicit(&s->wk[worker].parked, memory_order_relaxed);
 }
 
 void rt_steer_worker_exit(struct rt_steer *s, unsigned me, struct fp_stack *stack,

@@ -54,6 +54,7 @@ struct rt_wk {
 	uint64_t publish_us;              /* next publication of counters */
 	uint64_t idle_since_us;           /* first idle round of this idle spell */
 	uint64_t slept_cycles;            /* TSC cycles asleep in poll(), all told (gaps) */
+	uint64_t parked_since_us;         /* parked by the control plane since; 0: not */
 	struct rt_idle_budget budget;     /* --idle adaptive */
 	struct rt_ctl_acc ctl;            /* IX's control-plane metrics */
 	unsigned last_q;                  /* queue depth at this round's poll */
@@ -308,6 +309,11 @@ static void rt_publish(struct rt_wk *w, uint64_t now)
 	s->drops[FP_RT_DROP_dev_rx_dropped] = ds.rx_dropped;
 	s->drops[FP_RT_DROP_dev_fill_empty] = ds.rx_fill_empty;
 	s->drops[FP_RT_DROP_dev_invalid] = ds.invalid_descs;
+	s->slept_ns = fp_cycles_to_ns(w->slept_cycles);
+	if (w->parked_since_us) {   /* the time parked so far shows while it lasts */
+		s->parked_ns += (now - w->parked_since_us) * 1000;
+		w->parked_since_us = now;
+	}
 	s->now_unix_ns = rt_unix_ns();
 	s->seq++;
 	w->publish_us = now + RT_PUBLISH_US;
@@ -365,8 +371,34 @@ static void rt_sleep(struct rt_wk *w, uint64_t now)
 	w->ctx.stats->sleeps++;
 }
 
+/* Parked or unparked by the control plane since the last round: note it. */
+static void rt_park_note(struct rt_wk *w, uint64_t now, bool parked)
+{
+	struct fp_rt_worker_stats *s = w->ctx.stats;
+
+	if (parked == (w->parked_since_us != 0))
+		return;
+	if (parked) {
+		w->parked_since_us = now ? now : 1;
+		s->parks++;
+	} else {
+		s->parked_ns += (now - w->parked_since_us) * 1000;
+		w->parked_since_us = 0;
+	}
+	s->parked = parked;
+}
+
 static void rt_idle(struct rt_wk *w, uint64_t now)
 {
+	if (w->steer) {
+		bool parked = rt_steer_parked(w->steer, w->ctx.worker);
+
+		rt_park_note(w, now, parked);
+		if (parked) {   /* whatever the idle policy: the core is given back */
+			rt_sleep(w, now);
+			return;
+		}
+	}
 	if (w->run->cfg->idle == FP_IDLE_POLL)
 		return;   /* IX: keep polling (hyperthread-friendly pause is the device's) */
 	if (w->run->cfg->idle == FP_IDLE_ADAPTIVE) {
@@ -512,6 +544,21 @@ static struct rt_wk *rt_wk_new(struct rt_run *run, unsigned worker, struct fp_de
 	return w;
 }
 
+/*
+ * Nobody serves before every worker is ready: with flow groups, a connection whose group
+ * belongs to a worker still in init would be refused (its stack listens only once its
+ * init's listen has executed; the first SYN got a RST, and the test of the control loop
+ * saw it). Frames wait in the queues meanwhile. A worker whose init fails stops the run,
+ * which ends the wait.
+ */
+static void rt_start_barrier(struct rt_run *run)
+{
+	struct timespec t = { 0, 50 * 1000 };
+
+	while (atomic_load(&run->n_ready) < run->cfg->n_workers && !atomic_load(&run->stop))
+		nanosleep(&t, NULL);
+}
+
 /* The app's lifetime on this worker: init, the loop, fini (whose calls still execute:
  * it may give back buffers it holds, and reset its flows), then the drain of what the
  * stack queued. Returns init's error, or 0. */
@@ -525,7 +572,9 @@ static int rt_app_run(struct rt_wk *w)
 			app->name ? app->name : "app", strerror(ret < 0 ? -ret : ret));
 		return ret;
 	}
+	rt_ctx_flush(&w->ctx);   /* init's calls (its listens) before the first frame */
 	atomic_fetch_add(&w->run->n_ready, 1);
+	rt_start_barrier(w->run);
 	rt_steal_enter(w->run);
 	rt_loop(w);
 	rt_run_wake(w->run);  /* the stop may be ours: tell sleeping workers and main */

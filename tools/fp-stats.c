@@ -418,6 +418,10 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 		json_array("idle_ewma_ppm", w->ctl_idle_ewma_ppm, 3);
 		putchar('}');
 	}
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, parks) + sizeof(w->parks))
+		printf(",\"slept_ns\":%llu,\"parked_ns\":%llu,\"parked\":%llu,\"parks\":%llu",
+		       (unsigned long long)w->slept_ns, (unsigned long long)w->parked_ns,
+		       (unsigned long long)w->parked, (unsigned long long)w->parks);
 	putchar('}');
 }
 

@@ -79,6 +79,8 @@ struct fp_rt_stats_hdr {
 
 enum fp_rt_cmd_op {
 	FP_RT_CMD_MOVE_GROUP = 1,     /* arg0: group, arg1: worker */
+	FP_RT_CMD_PARK = 2,           /* arg0: worker (it must own no group) */
+	FP_RT_CMD_UNPARK = 3,         /* arg0: worker */
 };
 
 #define FP_RT_GROUP_MOVING 0x8000u
@@ -151,6 +153,13 @@ struct fp_rt_worker_stats {
 	uint64_t ctl_intervals;
 	uint64_t ctl_tau_ns, ctl_q_milli, ctl_delay_ns, ctl_idle_ppm;
 	uint64_t ctl_tau_ewma_ns[3], ctl_q_ewma_milli[3], ctl_delay_ewma_ns[3], ctl_idle_ewma_ppm[3];
+
+	/* Where the core's time went, for the control plane's energy account: asleep in
+	 * poll() (halted: the idle policy's sleep, or parked), and of that, parked by the
+	 * control plane (FP_RT_CMD_PARK: it owns no flow group and does not poll); parked is
+	 * 1 while it is. Time not asleep is polling or working: a polling core is busy. */
+	uint64_t slept_ns, parked_ns;
+	uint64_t parked, parks;
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

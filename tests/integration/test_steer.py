@@ -338,3 +338,135 @@ def test_fp_ctl_refusals(topo, build_dir):
         r = fp_ctl(build_dir, "move", srv.stats, 3, 0)
         assert r.returncode == 1 and "no flow groups" in r.stderr, r.stderr
         assert fp_ctl(build_dir, "groups", srv.stats).returncode == 1
+
+
+# ---- parking workers and the control loop (issue 18, step 2) ----
+
+def worker_stat(srv, w, key):
+    return srv.workers()[w][key]
+
+
+def wait_for(pred, what, limit_s=10):
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {limit_s} s: {what}")
+
+
+def test_park_gives_the_core_back(topo, build_dir):
+    """Under --idle poll a worker never sleeps; parked (after its groups moved away) it
+    does, and frames its queue still receives are handed over: Linux clients' streams
+    arrive whole. A worker that owns groups, the last one polling, a move to a parked
+    worker: refused, each with its reason."""
+    with Server(topo, build_dir, "--idle", "poll", stats="pk") as srv:
+        r = fp_ctl(build_dir, "park", srv.stats, 1)
+        assert r.returncode == 1 and "still owns flow groups" in r.stderr, r.stderr
+        assert fp_ctl(build_dir, "unpark", srv.stats, 1).stderr.count("not parked") == 1
+        assert fp_ctl(build_dir, "park", srv.stats, 5).returncode == 1
+        assert fp_ctl(build_dir, "park", srv.stats, "x").returncode == 2
+        for g in range(1, 128, 2):
+            assert fp_ctl(build_dir, "move", srv.stats, g, 0).returncode == 0, g
+        assert worker_stat(srv, 1, "sleeps") == 0          # polling: never asleep
+        r = fp_ctl(build_dir, "park", srv.stats, 1)
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: worker_stat(srv, 1, "parked") == 1, "worker 1 says it is parked")
+        assert "(0 groups) parked" in fp_ctl(build_dir, "groups", srv.stats).stdout
+        r = fp_ctl(build_dir, "park", srv.stats, 0)
+        assert r.returncode == 1 and "last worker polling" in r.stderr, r.stderr
+        r = fp_ctl(build_dir, "move", srv.stats, 3, 1)
+        assert r.returncode == 1 and "parked: unpark it first" in r.stderr, r.stderr
+        out = client_py(topo, BULK, topo.fp_srv_ip, PORT, 16, 16_000_000)
+        assert out.startswith("ok"), out
+        ws = srv.workers()
+        assert ws[1]["sleeps"] > 0 and ws[1]["parks"] == 1, ws[1]
+        assert ws[0]["sleeps"] == 0, ws[0]                 # still polling
+        assert ws[1]["steer_out"] > 0 or ws[1]["rx_frames"] == 0, ws[1]
+        assert fp_ctl(build_dir, "unpark", srv.stats, 1).returncode == 0
+        wait_for(lambda: worker_stat(srv, 1, "parked") == 0, "worker 1 unparked")
+        assert fp_ctl(build_dir, "move", srv.stats, 3, 1).returncode == 0
+        assert worker_stat(srv, 1, "parked_ns") > 0
+
+
+def ctl_log(path):
+    return [json.loads(x) for x in pathlib.Path(path).read_text().splitlines()]
+
+
+def test_control_loop_parks_and_unparks(topo, build_dir, tmp_path):
+    """fp-ctl run: with no load, the idle signal empties worker 1 and parks it; with
+    delay_max_us = 0, the first queueing at all brings it back and spreads the groups over
+    both, while 8 Linux connections stream 40 MB through it (every byte checked, no reset).
+    The loop ends by itself (--seconds), and says what it did."""
+    import threading
+
+    down = tmp_path / "down.policy"
+    down.write_text("down_hold_ms = 200\ninterval_ms = 50\n")
+    up = tmp_path / "up.policy"
+    up.write_text("# any queueing at all adds a worker; never remove one\n"
+                  "delay_max_us = 0\nidle_margin = 1\ninterval_ms = 50\n")
+    with Server(topo, build_dir, "--idle", "poll", stats="loop") as srv:
+        r = subprocess.run([str(build_dir / "ctl" / "fp-ctl"), "run", srv.stats, "--policy",
+                            str(down), "--seconds", "3", "--log", str(tmp_path / "down.log")],
+                           capture_output=True, text=True, timeout=60)
+        print(r.stdout)
+        assert r.returncode == 0, r.stderr
+        assert "worker 1 parked (emptied)" in r.stdout, r.stdout
+        log = ctl_log(tmp_path / "down.log")
+        assert log[-1]["polling"] == 1 and log[-1]["workers"][0]["groups"] == 128, log[-1]
+        wait_for(lambda: worker_stat(srv, 1, "parked") == 1, "worker 1 parked")
+
+        res = {}
+        t = threading.Thread(target=lambda: res.update(
+            out=client_py(topo, BULK, topo.fp_srv_ip, PORT, 8, 40_000_000)))
+        t.start()
+        try:
+            r = subprocess.run([str(build_dir / "ctl" / "fp-ctl"), "run", srv.stats,
+                                "--policy", str(up), "--seconds", "3", "--log",
+                                str(tmp_path / "up.log")],
+                               capture_output=True, text=True, timeout=60)
+        finally:
+            t.join()
+        print(r.stdout)
+        assert r.returncode == 0, r.stderr
+        assert "worker 1 unparked (queueing delay" in r.stdout, r.stdout
+        assert res["out"].startswith("ok"), res["out"]
+        log = ctl_log(tmp_path / "up.log")
+        assert log[-1]["polling"] == 2, log[-1]
+        assert [w["groups"] for w in log[-1]["workers"]] == [64, 64], log[-1]
+        ws = srv.workers()
+        assert all(w["net"]["tcp_rst_tx"] == 0 for w in ws), ws
+    # bad policies stop it before it starts, with the line at fault
+    bad = tmp_path / "bad.policy"
+    bad.write_text("delay_max_us = 300\nspeed = 11\n")
+    r = fp_ctl(build_dir, "run", "nosuch", "--policy", bad)
+    assert r.returncode == 2 and "line 2: unknown key 'speed'" in r.stderr, r.stderr
+    r = fp_ctl(build_dir, "run", "nosuch")
+    assert r.returncode == 1 and "no flowplane run" in r.stderr, r.stderr
+
+
+def test_controller_and_run_lose_each_other(topo, build_dir):
+    """A controller killed mid-run leaves the run as it was (a parked worker stays parked,
+    clients are served); a run that stops ends the controller's loop, status 0."""
+    policy = "down_hold_ms = 100\ninterval_ms = 20\n"
+    srv = Server(topo, build_dir, stats="lose")
+    with srv:
+        pol = pathlib.Path(f"/tmp/{TAG}-lose.policy")
+        pol.write_text(policy)
+        ctl = subprocess.Popen([str(build_dir / "ctl" / "fp-ctl"), "run", srv.stats,
+                                "--policy", str(pol)], stdout=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: worker_stat(srv, 1, "parked") == 1, "the idle run parks worker 1")
+            ctl.kill()
+            ctl.wait()
+            out = client_py(topo, BULK, topo.fp_srv_ip, PORT, 4, 4_000_000)
+            assert out.startswith("ok"), out
+            assert worker_stat(srv, 1, "parked") == 1
+            ctl = subprocess.Popen([str(build_dir / "ctl" / "fp-ctl"), "run", srv.stats,
+                                    "--policy", str(pol)], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+        finally:
+            pol.unlink()
+    # the run has stopped (Server's exit): the loop notices and ends
+    out, _ = ctl.communicate(timeout=10)
+    assert ctl.returncode == 0 and "has stopped; the loop ends" in out, out

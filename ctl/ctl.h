@@ -1,0 +1,105 @@
+/* ctl.h: the control plane's pieces: the command channel, IX's control policy (pure), the 10 Hz loop. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <flowplane/rt_stats.h>
+
+#define CTL_MAX_WORKERS 64
+#define CTL_GROUPS      128
+
+/* ---- the command channel (chan.c) ---- */
+
+double ctl_mono_ms(void);
+void ctl_nap_us(unsigned us);
+/* The run's segment, mapped read-write; NULL after one line on stderr saying why. */
+struct fp_rt_stats_hdr *ctl_open(const char *name);
+/* One command: 0 with the run's verdict in *@result (0 or -errno), or 1 when the run did
+ * not take it in time (one line on stderr). */
+int ctl_send(struct fp_rt_stats_hdr *h, const char *name, uint32_t op, uint32_t a0, uint32_t a1,
+	     int *result);
+/* What a refusal means, in words (for fp-ctl's one-line errors). */
+const char *ctl_refusal(uint32_t op, int result);
+/* Whether the run's process still exists. */
+bool ctl_run_alive(const struct fp_rt_stats_hdr *h);
+
+/* ---- the policy (policy.c): a function of what the loop sees, no I/O ---- */
+
+/*
+ * IX's control loop (Prekas et al., SoCC'15, §4.3): add a core when the queueing delay
+ * estimate ceil(Q/B)*tau of some core exceeds the bound the operator sets below the SLO
+ * (IX: 300 us for a 500 us p99 SLO); remove one when the idle share says the load fits in
+ * one core fewer (from n to n-1 cores throughput falls by 1/n, so idle above 1/n, plus a
+ * margin, is safe). Frequency steps and hyperthreads are the paper's other steps; real cores
+ * here have neither, so this policy steps cores only (the simulator models frequency).
+ */
+struct ctl_policy {
+	unsigned interval_ms;        /* the loop's period: 100 (IX's 10 Hz) */
+	double delay_max_us;         /* add a worker above this queueing delay: 300 */
+	unsigned up_ewma;            /* which smoothing the up signal uses: 0 (alpha 1/2),
+				      * 1 (1/8), 2 (1/32); IX reacts fast to rising delay: 0 */
+	unsigned down_ewma;          /* and the down signal (idle share): 1 */
+	double idle_margin;          /* remove one of n workers above idle 1/n + this: 0.1 */
+	unsigned min_workers;        /* never fewer polling: 1 */
+	unsigned max_workers;        /* never more: 0 = all the run has */
+	unsigned down_hold_ms;       /* no removal within this long of any change: 1000 */
+};
+
+void ctl_policy_default(struct ctl_policy *p);
+/* "key = value" lines, '#' comments; a key not set keeps its default. 0, or -EINVAL with
+ * one line in @err naming the line and what is wrong. */
+int ctl_policy_parse(const char *text, struct ctl_policy *p, char *err, size_t errlen);
+
+/* One worker as the loop sees it at a tick. */
+struct ctl_wview {
+	bool parked;
+	bool fresh;                  /* published a control interval since the last tick
+				      * (a sleeping worker publishes none: it is idle) */
+	unsigned groups;             /* owned, arriving included */
+	double delay_us[3];          /* IX's queueing delay estimate, the three EWMAs */
+	double idle[3];              /* idle share 0..1, the three EWMAs */
+};
+
+struct ctl_view {
+	unsigned n;                  /* workers in the run */
+	uint64_t now_ms, last_change_ms;
+	bool moving;                 /* some group is on its way: decide nothing */
+	int draining;                /* the worker being emptied to park, or -1 */
+	struct ctl_wview w[CTL_MAX_WORKERS];
+};
+
+enum ctl_act { CTL_HOLD = 0, CTL_UP, CTL_DOWN };
+
+struct ctl_decision {
+	enum ctl_act act;
+	unsigned worker;             /* UP: the one to unpark; DOWN: the one to empty */
+	char why[96];
+};
+
+struct ctl_decision ctl_decide(const struct ctl_policy *p, const struct ctl_view *v);
+
+struct ctl_move {
+	uint8_t group;
+	uint8_t to;
+};
+
+/* The moves that spread @table's groups evenly over the workers in @target (bit w: worker
+ * w may own groups), taking from the most loaded first and moving as few as possible.
+ * Returns how many it wrote to @out (at most @max). */
+unsigned ctl_plan(const uint16_t table[CTL_GROUPS], unsigned n_groups, unsigned n,
+		  uint64_t target, struct ctl_move *out, unsigned max);
+
+/* ---- the loop (loop.c) ---- */
+
+struct ctl_run_opts {
+	struct ctl_policy policy;
+	double seconds;              /* stop after this long; 0: until interrupted */
+	const char *log_path;        /* JSON lines, one per tick; NULL: none */
+	bool quiet;                  /* no line per change on stdout */
+};
+
+/* Run the loop against run @name: 0 at the end (time up, interrupted, the run gone), 1 when
+ * it cannot start. */
+int ctl_loop(const char *name, const struct ctl_run_opts *o);

@@ -34,3 +34,4 @@ void bench_pool(const struct bench_opts *o);
 void bench_timer(const struct bench_opts *o);
 void bench_hist(const struct bench_opts *o);
 void bench_steer(const struct bench_opts *o);
+void bench_thread(const struct bench_opts *o);

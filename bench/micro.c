@@ -120,5 +120,6 @@ int main(int argc, char **argv)
 	bench_timer(&o);
 	bench_hist(&o);
 	bench_steer(&o);
+	bench_thread(&o);
 	return 0;
 }

@@ -99,7 +99,8 @@ def test_fp_micro_runs_every_case(build_dir):
     assert r.returncode == 0, r.stderr
     cases = [l for l in r.stdout.splitlines() if "ns/op" in l]
     names = " ".join(cases)
-    for what in ("ring sp burst", "ring mp burst", "pool get", "timer add+cancel", "hist record"):
+    for what in ("ring sp burst", "ring mp burst", "pool get", "timer add+cancel", "hist record",
+                 "thread: yield", "thread: spawn"):
         assert what in names, r.stdout
     for line in cases:  # every figure is a positive number
         fields = line.split()

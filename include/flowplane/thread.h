@@ -1,0 +1,86 @@
+/* thread.h: API level 3, user-level threads (Shenango's uthreads): spawn, yield, join, sleep, mutex, condition variable, on one scheduler per OS thread. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * A scheduler runs user-level threads on the OS thread that calls fp_sched_run(): a FIFO
+ * run queue, a heap of sleepers, and a context switch of its own (rt/thread_switch.S: six
+ * callee-saved registers and the stack pointer; why it ends in a `ret` is said there).
+ * Threads are cooperative: one runs until it yields, blocks (join, a mutex, a
+ * condition variable, sleep) or returns; a thread that never does keeps the others waiting
+ * (preemption is the 5 us allocator's work, issue 19's later step).
+ *
+ * Stacks are mmap()ed with a PROT_NONE guard page below them and reused: a thread that
+ * overflows its stack stops the process with one line naming it and its stack size, not
+ * with a silent corruption. The x87 control word and MXCSR are not saved: threads must not
+ * change rounding modes.
+ *
+ * Everything here is for the scheduler's own OS thread: calls from another OS thread are
+ * not safe (stealing between schedulers comes with the runtime's workers).
+ */
+
+struct fp_sched;
+struct fp_thread;
+
+typedef void *(*fp_thread_fn)(void *arg);
+
+#define FP_THREAD_STACK_DEFAULT (64u << 10)   /* 64 KiB, plus the guard page */
+
+struct fp_sched_config {
+	size_t stack_size;            /* bytes per thread stack; 0: FP_THREAD_STACK_DEFAULT */
+	unsigned stack_cache;         /* stacks kept for reuse; 0: 64 */
+};
+
+/* A scheduler for the calling OS thread; NULL with errno. */
+struct fp_sched *fp_sched_create(const struct fp_sched_config *cfg);
+/* Frees the stacks it cached; every thread must have finished and been joined or detached. */
+void fp_sched_destroy(struct fp_sched *s);
+
+/* Run threads until none is runnable or sleeping (every one has returned or waits on
+ * something nobody will signal: then it returns the number of those still blocked). */
+unsigned fp_sched_run(struct fp_sched *s);
+
+/* The scheduler the calling thread runs on (inside fp_sched_run), or NULL. */
+struct fp_sched *fp_sched_self(void);
+
+/* A new thread running @fn(@arg), queued to run; NULL with errno (ENOMEM). Inside a
+ * thread, @s may be NULL: the caller's scheduler. */
+struct fp_thread *fp_thread_spawn(struct fp_sched *s, fp_thread_fn fn, void *arg);
+/* Let the other runnable threads run once; back here after them. */
+void fp_thread_yield(void);
+/* Wait until @t returns and take its value; @t is freed. One joiner per thread. From
+ * outside a thread only once @t has returned (after fp_sched_run). Blocking calls (join,
+ * sleep, mutex lock, condition wait) made outside a thread stop the process with one line:
+ * they would block the scheduler itself. */
+void *fp_thread_join(struct fp_thread *t);
+/* Nobody will join @t: it is freed when it returns. */
+void fp_thread_detach(struct fp_thread *t);
+/* Sleep at least @us microseconds (the scheduler's clock is CLOCK_MONOTONIC). */
+void fp_thread_sleep_us(uint64_t us);
+/* The calling thread, or NULL outside one. */
+struct fp_thread *fp_thread_self(void);
+/* Threads spawned and switches made by @s (for tests and benchmarks). */
+uint64_t fp_sched_switches(const struct fp_sched *s);
+
+/* A mutex: lock blocks the thread (never the OS thread) while another holds it. Waiters
+ * get it in the order they asked (FIFO hand-off: no barging). */
+struct fp_mutex {
+	struct fp_thread *owner;
+	struct fp_thread *head, *tail;  /* waiters */
+};
+#define FP_MUTEX_INIT { NULL, NULL, NULL }
+void fp_mutex_lock(struct fp_mutex *m);
+bool fp_mutex_trylock(struct fp_mutex *m);
+void fp_mutex_unlock(struct fp_mutex *m);
+
+/* A condition variable over an fp_mutex: wait releases it and takes it back. */
+struct fp_cond {
+	struct fp_thread *head, *tail;
+};
+#define FP_COND_INIT { NULL, NULL }
+void fp_cond_wait(struct fp_cond *c, struct fp_mutex *m);
+void fp_cond_signal(struct fp_cond *c);
+void fp_cond_broadcast(struct fp_cond *c);

@@ -34,12 +34,12 @@ static void *yielder(void *arg)
 
 static void run_yields(void *arg, uint64_t n_ops)
 {
-	struct fp_sched *s = arg;
+	struct fp_tsched *s = arg;
 	uint64_t per = n_ops / 2;
 
 	fp_thread_detach(fp_thread_spawn(s, yielder, &per));
 	fp_thread_detach(fp_thread_spawn(s, yielder, &per));
-	fp_sched_run(s);
+	fp_tsched_run(s);
 }
 
 static void *nothing(void *arg) { return arg; }
@@ -56,10 +56,10 @@ static void *spawner(void *arg)
 
 static void run_spawns(void *arg, uint64_t n_ops)
 {
-	struct fp_sched *s = arg;
+	struct fp_tsched *s = arg;
 
 	fp_thread_detach(fp_thread_spawn(s, spawner, &n_ops));
-	fp_sched_run(s);
+	fp_tsched_run(s);
 }
 
 /* ---- glibc's swapcontext ---- */
@@ -141,16 +141,16 @@ static void run_futex(void *arg, uint64_t n_ops)
 
 void bench_thread(const struct bench_opts *o)
 {
-	struct fp_sched *s = fp_sched_create(NULL);
+	struct fp_tsched *s = fp_tsched_create(NULL);
 	struct futex_pp fp = { .cpu = o->cpu };
 
 	if (!s) {
-		perror("fp-micro: fp_sched_create");
+		perror("fp-micro: fp_tsched_create");
 		return;
 	}
 	bench_case(o, "thread: yield, one switch (flowplane uthreads)", run_yields, s, 2000000);
 	bench_case(o, "thread: spawn, run, join (cached stack)", run_spawns, s, 1000000);
 	bench_case(o, "thread: glibc swapcontext, one switch", run_swapcontext, NULL, 200000);
 	bench_case(o, "thread: Linux threads, one CPU, futex hand-off", run_futex, &fp, 100000);
-	fp_sched_destroy(s);
+	fp_tsched_destroy(s);
 }

@@ -312,6 +312,8 @@ void evl_eof(struct fp_evl_conn *c)
 	evl_rx_drop(c);
 	if (!c->app_gone && c->evl->ops->closed)
 		c->evl->ops->closed(c, 0);  /* its writes are still sent */
+	if (c->evl->ops->half_close && !c->app_gone)
+		return;   /* still the application's: it writes on, then closes */
 	c->app_gone = true;
 	c->closing = true;
 	evl_mark_dirty(c);

@@ -31,7 +31,7 @@
  *
  * so a spawn that reuses a cached mapping costs no system call. Switches go directly from
  * thread to thread when one yields or blocks and another is ready; the scheduler's own
- * context (the OS thread's stack, in fp_sched_run) is entered only when nothing is
+ * context (the OS thread's stack, in fp_tsched_run) is entered only when nothing is
  * runnable, to sleep until the next timer or to return.
  *
  * A thread that returns cannot free the stack it is running on: it is left in s->reap and
@@ -42,7 +42,7 @@ enum thread_state { T_READY, T_RUNNING, T_BLOCKED, T_SLEEPING, T_DEAD };
 
 struct fp_thread {
 	void *sp;                     /* saved stack pointer while switched out */
-	struct fp_sched *s;
+	struct fp_tsched *s;
 	struct fp_thread *next;       /* run queue, or one wait queue */
 	fp_thread_fn fn;
 	void *arg, *ret;
@@ -56,7 +56,7 @@ struct fp_thread {
 #endif
 };
 
-struct fp_sched {
+struct fp_tsched {
 	void *sp;                     /* the scheduler's own context while a thread runs */
 	struct fp_thread *cur;
 	struct fp_thread *head, *tail;  /* run queue */
@@ -80,7 +80,7 @@ void fp_uctx_switch(void **save_sp, void *load_sp);
 void fp__uctx_entry(void);
 void fp__thread_main(struct fp_thread *t) __attribute__((noreturn));
 
-static __thread struct fp_sched *tls_sched;
+static __thread struct fp_tsched *tls_sched;
 
 /* ---- guard pages: an overflow is named, not silent ---- */
 
@@ -88,7 +88,7 @@ static struct sigaction prev_segv;   /* the action before ours, for faults not o
 
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
-	struct fp_sched *s = tls_sched;
+	struct fp_tsched *s = tls_sched;
 	struct fp_thread *t = s ? s->cur : NULL;
 
 	if (t && (char *)si->si_addr >= (char *)t->map &&
@@ -96,7 +96,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		char msg[200];
 		int n = snprintf(msg, sizeof(msg), "flowplane: a user-level thread overflowed its "
 				 "%zu KiB stack (it hit the guard page at %p): give threads more "
-				 "with fp_sched_config.stack_size\n", s->stack_size >> 10, si->si_addr);
+				 "with fp_tsched_config.stack_size\n", s->stack_size >> 10, si->si_addr);
 		if (n > 0 && write(2, msg, (size_t)n) < 0) {
 			/* nothing more to say */
 		}
@@ -147,9 +147,9 @@ static uint64_t now_ns(void)
 
 /* ---- the scheduler ---- */
 
-struct fp_sched *fp_sched_create(const struct fp_sched_config *cfg)
+struct fp_tsched *fp_tsched_create(const struct fp_tsched_config *cfg)
 {
-	struct fp_sched *s = calloc(1, sizeof(*s));
+	struct fp_tsched *s = calloc(1, sizeof(*s));
 	size_t want = cfg && cfg->stack_size ? cfg->stack_size : FP_THREAD_STACK_DEFAULT;
 
 	if (!s)
@@ -170,7 +170,7 @@ struct fp_sched *fp_sched_create(const struct fp_sched_config *cfg)
 	return s;
 }
 
-void fp_sched_destroy(struct fp_sched *s)
+void fp_tsched_destroy(struct fp_tsched *s)
 {
 	if (!s)
 		return;
@@ -181,11 +181,11 @@ void fp_sched_destroy(struct fp_sched *s)
 	free(s);
 }
 
-struct fp_sched *fp_sched_self(void) { return tls_sched; }
+struct fp_tsched *fp_tsched_self(void) { return tls_sched; }
 struct fp_thread *fp_thread_self(void) { return tls_sched ? tls_sched->cur : NULL; }
-uint64_t fp_sched_switches(const struct fp_sched *s) { return s->switches; }
+uint64_t fp_tsched_switches(const struct fp_tsched *s) { return s->switches; }
 
-static void recycle(struct fp_sched *s, struct fp_thread *t)
+static void recycle(struct fp_tsched *s, struct fp_thread *t)
 {
 	void *map = t->map;
 
@@ -197,7 +197,7 @@ static void recycle(struct fp_sched *s, struct fp_thread *t)
 }
 
 /* Switch from the context saving into @save to @to_sp; @dying: the old one never resumes. */
-static void do_switch(struct fp_sched *s, void **save, void *to_sp, const void *to_bottom,
+static void do_switch(struct fp_tsched *s, void **save, void *to_sp, const void *to_bottom,
 		      bool dying, void **fake)
 {
 	s->switches++;
@@ -213,7 +213,7 @@ static void do_switch(struct fp_sched *s, void **save, void *to_sp, const void *
 }
 
 /* Right after a context resumes (on its own stack): ASan's side, and the dead to recycle. */
-static void after_switch(struct fp_sched *s, void *fake)
+static void after_switch(struct fp_tsched *s, void *fake)
 {
 #ifdef FP_ASAN
 	__sanitizer_finish_switch_fiber(fake, NULL, NULL);
@@ -226,12 +226,12 @@ static void after_switch(struct fp_sched *s, void *fake)
 	}
 }
 
-static const void *stack_bottom(const struct fp_sched *s, const struct fp_thread *t)
+static const void *stack_bottom(const struct fp_tsched *s, const struct fp_thread *t)
 {
 	return (const char *)t->map + s->page;
 }
 
-static void runq_push(struct fp_sched *s, struct fp_thread *t)
+static void runq_push(struct fp_tsched *s, struct fp_thread *t)
 {
 	t->state = T_READY;
 	t->next = NULL;
@@ -242,7 +242,7 @@ static void runq_push(struct fp_sched *s, struct fp_thread *t)
 	s->tail = t;
 }
 
-static struct fp_thread *runq_pop(struct fp_sched *s)
+static struct fp_thread *runq_pop(struct fp_tsched *s)
 {
 	struct fp_thread *t = s->head;
 
@@ -255,7 +255,7 @@ static struct fp_thread *runq_pop(struct fp_sched *s)
  * The current thread stops running (its state says why: ready again, blocked, sleeping
  * or dead); the next ready thread runs, or the scheduler's context when none is.
  */
-static void switch_away(struct fp_sched *s)
+static void switch_away(struct fp_tsched *s)
 {
 	struct fp_thread *me = s->cur, *next = runq_pop(s);
 	bool dying = me->state == T_DEAD;
@@ -289,7 +289,7 @@ static void switch_away(struct fp_sched *s)
 
 void fp__thread_main(struct fp_thread *t)
 {
-	struct fp_sched *s = t->s;
+	struct fp_tsched *s = t->s;
 
 	after_switch(s, NULL);
 	t->ret = t->fn(t->arg);
@@ -304,7 +304,7 @@ void fp__thread_main(struct fp_thread *t)
 	__builtin_unreachable();
 }
 
-static void *map_stack(struct fp_sched *s)
+static void *map_stack(struct fp_tsched *s)
 {
 	void *m;
 
@@ -321,7 +321,7 @@ static void *map_stack(struct fp_sched *s)
 	return m;
 }
 
-struct fp_thread *fp_thread_spawn(struct fp_sched *s, fp_thread_fn fn, void *arg)
+struct fp_thread *fp_thread_spawn(struct fp_tsched *s, fp_thread_fn fn, void *arg)
 {
 	if (!s && !(s = tls_sched)) {
 		errno = EINVAL;
@@ -357,7 +357,7 @@ struct fp_thread *fp_thread_spawn(struct fp_sched *s, fp_thread_fn fn, void *arg
 
 void fp_thread_yield(void)
 {
-	struct fp_sched *s = tls_sched;
+	struct fp_tsched *s = tls_sched;
 
 	if (!s || !s->cur || !s->head)
 		return;   /* nobody else ready: go on */
@@ -367,26 +367,26 @@ void fp_thread_yield(void)
 
 /* A blocking call from outside a thread would block the scheduler itself: a bug in the
  * caller, stopped with one line rather than a crash somewhere later. */
-static struct fp_sched *need_thread(const char *fn)
+static struct fp_tsched *need_thread(const char *fn)
 {
-	struct fp_sched *s = tls_sched;
+	struct fp_tsched *s = tls_sched;
 
 	if (!s || !s->cur) {
 		fprintf(stderr, "flowplane: %s called outside a user-level thread (it blocks: call "
-			"it from a thread that fp_sched_run runs)\n", fn);
+			"it from a thread that fp_tsched_run runs)\n", fn);
 		abort();
 	}
 	return s;
 }
 
-static void block(struct fp_sched *s)
+static void block(struct fp_tsched *s)
 {
 	s->cur->state = T_BLOCKED;
 	s->n_blocked++;
 	switch_away(s);
 }
 
-static void wake(struct fp_sched *s, struct fp_thread *t)
+static void wake(struct fp_tsched *s, struct fp_thread *t)
 {
 	s->n_blocked--;
 	runq_push(s, t);
@@ -394,7 +394,7 @@ static void wake(struct fp_sched *s, struct fp_thread *t)
 
 void *fp_thread_join(struct fp_thread *t)
 {
-	struct fp_sched *s = t->s;
+	struct fp_tsched *s = t->s;
 	void *ret;
 
 	if (t->state != T_DEAD) {
@@ -424,7 +424,7 @@ static void heap_swap(struct fp_thread **h, unsigned a, unsigned b)
 	h[b] = x;
 }
 
-static int heap_push(struct fp_sched *s, struct fp_thread *t)
+static int heap_push(struct fp_tsched *s, struct fp_thread *t)
 {
 	if (s->n_sleep == s->cap_sleep) {
 		unsigned cap = s->cap_sleep ? s->cap_sleep * 2 : 64;
@@ -443,7 +443,7 @@ static int heap_push(struct fp_sched *s, struct fp_thread *t)
 	return 0;
 }
 
-static struct fp_thread *heap_pop(struct fp_sched *s)
+static struct fp_thread *heap_pop(struct fp_tsched *s)
 {
 	struct fp_thread *top = s->sleep[0];
 	unsigned i = 0;
@@ -465,7 +465,7 @@ static struct fp_thread *heap_pop(struct fp_sched *s)
 
 void fp_thread_sleep_us(uint64_t us)
 {
-	struct fp_sched *s = need_thread("fp_thread_sleep_us");
+	struct fp_tsched *s = need_thread("fp_thread_sleep_us");
 	struct fp_thread *me = s->cur;
 
 	me->wake_ns = now_ns() + us * 1000;
@@ -478,7 +478,7 @@ void fp_thread_sleep_us(uint64_t us)
 }
 
 /* Wake the sleepers that are due; the time until the next one (ns), or 0 for none. */
-static uint64_t wake_sleepers(struct fp_sched *s)
+static uint64_t wake_sleepers(struct fp_tsched *s)
 {
 	uint64_t now = now_ns();
 
@@ -487,20 +487,73 @@ static uint64_t wake_sleepers(struct fp_sched *s)
 	return s->n_sleep ? s->sleep[0]->wake_ns - now : 0;
 }
 
-unsigned fp_sched_run(struct fp_sched *s)
+void fp_thread_block(void)
 {
-	struct fp_sched *outer = tls_sched;
+	block(need_thread("fp_thread_block"));
+}
 
-	tls_sched = s;
+void fp_thread_wake(struct fp_thread *t)
+{
+	if (t->state == T_BLOCKED)
+		wake(t->s, t);
+}
+
+uint64_t fp_tsched_next_wake_ns(const struct fp_tsched *s)
+{
+	return s->n_sleep ? s->sleep[0]->wake_ns : 0;
+}
+
+static void asan_main_stack(struct fp_tsched *s)
+{
 #ifdef FP_ASAN
 	pthread_attr_t attr;
 	void *lo;
-	if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+	if (!s->main_bottom && pthread_getattr_np(pthread_self(), &attr) == 0) {
 		if (pthread_attr_getstack(&attr, &lo, &s->main_size) == 0)
 			s->main_bottom = lo;
 		pthread_attr_destroy(&attr);
 	}
+#else
+	(void)s;
 #endif
+}
+
+/* Run @t from the scheduler's context until nothing is ready. */
+static void run_from_main(struct fp_tsched *s, struct fp_thread *t)
+{
+	s->cur = t;
+	t->state = T_RUNNING;
+#ifdef FP_ASAN
+	do_switch(s, &s->sp, t->sp, stack_bottom(s, t), false, &s->main_fake);
+	after_switch(s, s->main_fake);
+#else
+	do_switch(s, &s->sp, t->sp, stack_bottom(s, t), false, NULL);
+	after_switch(s, NULL);   /* back when nothing was runnable: s->cur is NULL */
+#endif
+}
+
+unsigned fp_tsched_run_ready(struct fp_tsched *s)
+{
+	struct fp_tsched *outer = tls_sched;
+	uint64_t before = s->switches;
+	struct fp_thread *t;
+
+	tls_sched = s;
+	asan_main_stack(s);
+	if (s->n_sleep)
+		wake_sleepers(s);
+	while ((t = runq_pop(s)))
+		run_from_main(s, t);
+	tls_sched = outer;
+	return (unsigned)(s->switches - before);
+}
+
+unsigned fp_tsched_run(struct fp_tsched *s)
+{
+	struct fp_tsched *outer = tls_sched;
+
+	tls_sched = s;
+	asan_main_stack(s);
 	for (;;) {
 		uint64_t wait = s->n_sleep ? wake_sleepers(s) : 0;
 		struct fp_thread *t = runq_pop(s);
@@ -512,15 +565,7 @@ unsigned fp_sched_run(struct fp_sched *s)
 			nanosleep(&ts, NULL);
 			continue;
 		}
-		s->cur = t;
-		t->state = T_RUNNING;
-#ifdef FP_ASAN
-		do_switch(s, &s->sp, t->sp, stack_bottom(s, t), false, &s->main_fake);
-		after_switch(s, s->main_fake);
-#else
-		do_switch(s, &s->sp, t->sp, stack_bottom(s, t), false, NULL);
-		after_switch(s, NULL);   /* back when nothing was runnable: s->cur is NULL */
-#endif
+		run_from_main(s, t);
 	}
 	tls_sched = outer;
 	return s->n_blocked;
@@ -559,7 +604,7 @@ bool fp_mutex_trylock(struct fp_mutex *m)
 
 void fp_mutex_lock(struct fp_mutex *m)
 {
-	struct fp_sched *s = need_thread("fp_mutex_lock");
+	struct fp_tsched *s = need_thread("fp_mutex_lock");
 
 	if (!m->owner) {
 		m->owner = s->cur;
@@ -578,9 +623,9 @@ void fp_mutex_unlock(struct fp_mutex *m)
 		wake(t->s, t);
 }
 
-void fp_cond_wait(struct fp_cond *c, struct fp_mutex *m)
+void fp_condvar_wait(struct fp_condvar *c, struct fp_mutex *m)
 {
-	struct fp_sched *s = need_thread("fp_cond_wait");
+	struct fp_tsched *s = need_thread("fp_condvar_wait");
 
 	waitq_push(&c->head, &c->tail, s->cur);
 	fp_mutex_unlock(m);
@@ -588,7 +633,7 @@ void fp_cond_wait(struct fp_cond *c, struct fp_mutex *m)
 	fp_mutex_lock(m);
 }
 
-void fp_cond_signal(struct fp_cond *c)
+void fp_condvar_signal(struct fp_condvar *c)
 {
 	struct fp_thread *t = waitq_pop(&c->head, &c->tail);
 
@@ -596,7 +641,7 @@ void fp_cond_signal(struct fp_cond *c)
 		wake(t->s, t);
 }
 
-void fp_cond_broadcast(struct fp_cond *c)
+void fp_condvar_broadcast(struct fp_condvar *c)
 {
 	struct fp_thread *t;
 

@@ -21,12 +21,13 @@
 enum {
 	OPT_PORT = 'p', OPT_UDP = 'u', OPT_SERVER = 's', OPT_CONNS = 'c', OPT_SIZE = 'z',
 	OPT_ROUNDS = 'r', OPT_DURATION = 'd', OPT_WARMUP = 'w', OPT_COUNT = 'n', OPT_JSON = 'j',
-	OPT_HELP = 'h', OPT_NATIVE = 'N',
+	OPT_HELP = 'h', OPT_NATIVE = 'N', OPT_THREADS = 'T',
 };
 
 static const struct option server_opts[] = {
 	{ "port", required_argument, NULL, OPT_PORT },
 	{ "udp", no_argument, NULL, OPT_UDP },
+	{ "threads", no_argument, NULL, OPT_THREADS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -78,9 +79,12 @@ static const char usage_spin[] =
 	"                        idle workers run other workers' connections (ZygOS)\n";
 
 static const char usage_server[] =
-	"usage: fp-echo server [--port P] [--udp] [runtime options]\n"
+	"usage: fp-echo server [--port P] [--udp | --threads] [runtime options]\n"
 	"  --port P              TCP (and UDP) port to echo on (default 7)\n"
-	"  --udp                 also echo UDP datagrams on the same port\n";
+	"  --udp                 also echo UDP datagrams on the same port\n"
+	"  --threads             written with user-level threads and blocking sockets\n"
+	"                        (tsock.h): a thread per connection reads and writes back\n"
+	"                        (TCP only)\n";
 
 static const char usage_client[] =
 	"usage: fp-echo client --server IP[:PORT] [options] [runtime options]\n"
@@ -206,6 +210,9 @@ static void take_opt(struct echo_opts *o, int c, const char *val, const char *us
 	case OPT_UDP:
 		o->udp = true;
 		break;
+	case OPT_THREADS:
+		o->threads = true;
+		break;
 	case OPT_NATIVE:
 		o->native = true;
 		break;
@@ -288,7 +295,11 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "server")) {
 		o.mode = ECHO_SERVER;
 		parse(&o, argc - 1, argv + 1, server_opts, usage_server);
-		return echo_server_run(&o);
+		if (o.threads && o.udp) {
+			fprintf(stderr, "fp-echo: server: --threads serves TCP only: drop --udp\n");
+			return 2;
+		}
+		return o.threads ? echo_tserver_run(&o) : echo_server_run(&o);
 	}
 	if (!strcmp(cmd, "spin")) {
 		o.mode = ECHO_SPIN;

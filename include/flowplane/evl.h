@@ -44,8 +44,9 @@
  *
  * Lifetime: @closed is called exactly once when the connection ends for a reason other than
  * the application's own fp_evl_close/abort: the peer's EOF (status 0; writes made in the
- * callback are still sent, then the connection closes) or death (-errno). After @closed
- * returns, or after fp_evl_close()/fp_evl_abort(), the application must not touch @c again.
+ * callback are still sent, then the connection closes, unless ops->half_close) or death
+ * (-errno). After @closed returns, or after fp_evl_close()/fp_evl_abort(), the application
+ * must not touch @c again (with half_close, after an EOF: until it closes @c).
  *
  * Stopping: when the run stops (fp_ctx_stop(), SIGINT/SIGTERM), @fini runs, then every
  * connection still open is reset (RST), pending output dropped, as Linux does when a
@@ -86,6 +87,11 @@ struct fp_evl_ops {
 	bool movable;
 	void (*leaving)(struct fp_evl_conn *c);
 	void (*arrived)(struct fp_evl_conn *c);
+	/* The peer's EOF (closed(c, 0)) leaves the connection open for writing, as a Linux
+	 * socket after shutdown(SHUT_WR) by the peer: the application may go on writing
+	 * and must close it (fp_evl_close/abort) itself. Default: it closes after the
+	 * callback (the "Lifetime" rule above). */
+	bool half_close;
 	size_t max_pending;          /* output bytes per connection; 0 = 4 MiB */
 	size_t max_total_pending;    /* output bytes of all connections together, shared
 				      * evenly by the workers (0: no bound): past its share, a

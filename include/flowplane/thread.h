@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 /*
- * A scheduler runs user-level threads on the OS thread that calls fp_sched_run(): a FIFO
+ * A scheduler runs user-level threads on the OS thread that calls fp_tsched_run(): a FIFO
  * run queue, a heap of sleepers, and a context switch of its own (rt/thread_switch.S: six
  * callee-saved registers and the stack pointer; why it ends in a `ret` is said there).
  * Threads are cooperative: one runs until it yields, blocks (join, a mutex, a
@@ -22,37 +22,43 @@
  * not safe (stealing between schedulers comes with the runtime's workers).
  */
 
-struct fp_sched;
+struct fp_tsched;
 struct fp_thread;
 
 typedef void *(*fp_thread_fn)(void *arg);
 
 #define FP_THREAD_STACK_DEFAULT (64u << 10)   /* 64 KiB, plus the guard page */
 
-struct fp_sched_config {
+struct fp_tsched_config {
 	size_t stack_size;            /* bytes per thread stack; 0: FP_THREAD_STACK_DEFAULT */
 	unsigned stack_cache;         /* stacks kept for reuse; 0: 64 */
 };
 
 /* A scheduler for the calling OS thread; NULL with errno. */
-struct fp_sched *fp_sched_create(const struct fp_sched_config *cfg);
+struct fp_tsched *fp_tsched_create(const struct fp_tsched_config *cfg);
 /* Frees the stacks it cached; every thread must have finished and been joined or detached. */
-void fp_sched_destroy(struct fp_sched *s);
+void fp_tsched_destroy(struct fp_tsched *s);
 
 /* Run threads until none is runnable or sleeping (every one has returned or waits on
  * something nobody will signal: then it returns the number of those still blocked). */
-unsigned fp_sched_run(struct fp_sched *s);
+unsigned fp_tsched_run(struct fp_tsched *s);
 
-/* The scheduler the calling thread runs on (inside fp_sched_run), or NULL. */
-struct fp_sched *fp_sched_self(void);
+/* Run what is ready now (and sleepers that are due) until nothing is, without sleeping:
+ * for a scheduler driven by an event loop (tsock.h). Returns how many threads ran. */
+unsigned fp_tsched_run_ready(struct fp_tsched *s);
+/* When the earliest sleeper is due (CLOCK_MONOTONIC ns), or 0 when none sleeps. */
+uint64_t fp_tsched_next_wake_ns(const struct fp_tsched *s);
+
+/* The scheduler the calling thread runs on (inside fp_tsched_run), or NULL. */
+struct fp_tsched *fp_tsched_self(void);
 
 /* A new thread running @fn(@arg), queued to run; NULL with errno (ENOMEM). Inside a
  * thread, @s may be NULL: the caller's scheduler. */
-struct fp_thread *fp_thread_spawn(struct fp_sched *s, fp_thread_fn fn, void *arg);
+struct fp_thread *fp_thread_spawn(struct fp_tsched *s, fp_thread_fn fn, void *arg);
 /* Let the other runnable threads run once; back here after them. */
 void fp_thread_yield(void);
 /* Wait until @t returns and take its value; @t is freed. One joiner per thread. From
- * outside a thread only once @t has returned (after fp_sched_run). Blocking calls (join,
+ * outside a thread only once @t has returned (after fp_tsched_run). Blocking calls (join,
  * sleep, mutex lock, condition wait) made outside a thread stop the process with one line:
  * they would block the scheduler itself. */
 void *fp_thread_join(struct fp_thread *t);
@@ -63,7 +69,13 @@ void fp_thread_sleep_us(uint64_t us);
 /* The calling thread, or NULL outside one. */
 struct fp_thread *fp_thread_self(void);
 /* Threads spawned and switches made by @s (for tests and benchmarks). */
-uint64_t fp_sched_switches(const struct fp_sched *s);
+uint64_t fp_tsched_switches(const struct fp_tsched *s);
+
+/* Block the calling thread until someone calls fp_thread_wake() on it (Shenango's
+ * thread_park / thread_ready): the primitive that blocking I/O is built from. */
+void fp_thread_block(void);
+/* Make @t, blocked in fp_thread_block(), ready to run. Only for a blocked thread. */
+void fp_thread_wake(struct fp_thread *t);
 
 /* A mutex: lock blocks the thread (never the OS thread) while another holds it. Waiters
  * get it in the order they asked (FIFO hand-off: no barging). */
@@ -77,10 +89,10 @@ bool fp_mutex_trylock(struct fp_mutex *m);
 void fp_mutex_unlock(struct fp_mutex *m);
 
 /* A condition variable over an fp_mutex: wait releases it and takes it back. */
-struct fp_cond {
+struct fp_condvar {
 	struct fp_thread *head, *tail;
 };
-#define FP_COND_INIT { NULL, NULL }
-void fp_cond_wait(struct fp_cond *c, struct fp_mutex *m);
-void fp_cond_signal(struct fp_cond *c);
-void fp_cond_broadcast(struct fp_cond *c);
+#define FP_CONDVAR_INIT { NULL, NULL }
+void fp_condvar_wait(struct fp_condvar *c, struct fp_mutex *m);
+void fp_condvar_signal(struct fp_condvar *c);
+void fp_condvar_broadcast(struct fp_condvar *c);

@@ -95,6 +95,83 @@ def fp_server(build_dir):
     assert p.returncode == 0, out
 
 
+@pytest.fixture(scope="module")
+def fp_tserver(build_dir):
+    """`fp-echo server --threads` (a user-level thread per connection, blocking sockets,
+    rt/tsock.c) with two workers; SIGINT with connections still open, their threads
+    blocked in a read, must exit 0."""
+    port = free_port()
+    log = tempfile.TemporaryFile(mode="w+")
+    p = subprocess.Popen([str(exe(build_dir)), "server", "--threads", "--net", "kernel",
+                          "--ip", HOST, "--port", str(port), "--stats", "none", "--workers",
+                          "2", "--cores", f"{SERVER_CORE},{CLIENT_CORE}"], stdout=log, stderr=log)
+    idle = []
+    try:
+        wait_accepting(port, p)
+        idle = [socket.create_connection((HOST, port), 5) for _ in range(4)]
+        yield port
+    finally:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for c in idle:
+            c.close()
+        log.seek(0)
+        out = log.read()
+        log.close()
+    assert p.returncode == 0, out
+
+
+@pytest.fixture(params=["events", "threads"])
+def tcp_server(request):
+    """The echo server both ways: event callbacks (evl.h) and threads (tsock.h)."""
+    return request.getfixturevalue("fp_server" if request.param == "events" else "fp_tserver")
+
+
+def test_threads_server_streams(fp_tserver):
+    """40 connections at once, a tenth of them streaming 3 MB while reading the echo
+    (the server's writes block on a full output and resume), every byte checked."""
+    errors = []
+
+    def one(i):
+        try:
+            size = 3_000_000 if i % 10 == 0 else 1 + i * 37
+            data = os.urandom(size)
+            with socket.create_connection((HOST, fp_tserver), 5) as s:
+                s.settimeout(20)
+                got = bytearray()
+
+                def rd():
+                    while len(got) < size:
+                        c = s.recv(65536)
+                        if not c:
+                            break
+                        got.extend(c)
+                t = threading.Thread(target=rd)
+                t.start()
+                s.sendall(data)
+                t.join(30)
+                assert bytes(got) == data, (i, len(got), size)
+        except Exception as e:  # collected: an assert in a thread would be lost
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:3]
+
+
+def test_threads_and_udp_refused(build_dir):
+    r = run([exe(build_dir), "server", "--threads", "--udp", "--net", "kernel", "--ip", HOST])
+    assert r.returncode == 2 and "--threads serves TCP only" in r.stderr, r.stderr
+
+
 class _Echo(socketserver.BaseRequestHandler):
     def handle(self):
         try:
@@ -144,23 +221,23 @@ def check_rtt(doc):
 # ---- the server, checked by Python sockets ----
 
 @pytest.mark.parametrize("size", [1, 64, 1500, 100000])
-def test_tcp_echo_byte_exact(fp_server, size):
+def test_tcp_echo_byte_exact(tcp_server, size):
     payload = os.urandom(size)
-    with socket.create_connection((HOST, fp_server), 5) as s:
+    with socket.create_connection((HOST, tcp_server), 5) as s:
         s.settimeout(10)
         for _ in range(3):   # several messages on one connection
             s.sendall(payload)
             assert recv_exact(s, size) == payload
 
 
-def test_tcp_echo_pipelined_and_concurrent(fp_server):
+def test_tcp_echo_pipelined_and_concurrent(tcp_server):
     """Many connections at once, each sending several messages before reading any."""
     errors = []
 
     def one(i):
         try:
             msgs = [os.urandom(1 + (i * 977 + k * 131) % 5000) for k in range(5)]
-            with socket.create_connection((HOST, fp_server), 5) as s:
+            with socket.create_connection((HOST, tcp_server), 5) as s:
                 s.settimeout(10)
                 s.sendall(b"".join(msgs))
                 assert recv_exact(s, sum(map(len, msgs))) == b"".join(msgs)
@@ -175,10 +252,10 @@ def test_tcp_echo_pipelined_and_concurrent(fp_server):
     assert not errors, errors
 
 
-def test_tcp_half_close_gets_everything_back(fp_server):
+def test_tcp_half_close_gets_everything_back(tcp_server):
     """The client's FIN (EOF at the server) still gets the echo of what preceded it."""
     payload = os.urandom(200000)
-    with socket.create_connection((HOST, fp_server), 5) as s:
+    with socket.create_connection((HOST, tcp_server), 5) as s:
         s.settimeout(10)
 
         def send():

@@ -31,7 +31,7 @@ static void *tracer(void *arg)
 static void yields_take_turns(void **state)
 {
 	(void)state;
-	struct fp_sched *s = fp_sched_create(NULL);
+	struct fp_tsched *s = fp_tsched_create(NULL);
 	struct fp_thread *a, *b, *c;
 
 	assert_non_null(s);
@@ -39,14 +39,14 @@ static void yields_take_turns(void **state)
 	a = fp_thread_spawn(s, tracer, (void *)'a');
 	b = fp_thread_spawn(s, tracer, (void *)'b');
 	c = fp_thread_spawn(s, tracer, (void *)'c');
-	assert_int_equal(fp_sched_run(s), 0);
+	assert_int_equal(fp_tsched_run(s), 0);
 	trace[trace_n] = '\0';
 	assert_string_equal(trace, "abcabcabc");
 	assert_int_equal((uintptr_t)fp_thread_join(a), 'b');
 	assert_int_equal((uintptr_t)fp_thread_join(b), 'c');
 	assert_int_equal((uintptr_t)fp_thread_join(c), 'd');
-	assert_null(fp_sched_self());
-	fp_sched_destroy(s);
+	assert_null(fp_tsched_self());
+	fp_tsched_destroy(s);
 }
 
 /* ---- join, spawn from a thread, detach, and many threads ---- */
@@ -86,22 +86,22 @@ static void *detached(void *arg)
 static void join_many_and_detach(void **state)
 {
 	(void)state;
-	struct fp_sched *s = fp_sched_create(&(struct fp_sched_config){ .stack_size = 16384 });
+	struct fp_tsched *s = fp_tsched_create(&(struct fp_tsched_config){ .stack_size = 16384 });
 	const unsigned n = 5000;
 
 	struct fp_thread *p = fp_thread_spawn(s, parent, (void *)(uintptr_t)n);
 	detached_ran = 0;
 	for (int i = 0; i < 100; i++)
 		fp_thread_detach(fp_thread_spawn(s, detached, NULL));
-	assert_int_equal(fp_sched_run(s), 0);
+	assert_int_equal(fp_tsched_run(s), 0);
 	assert_int_equal((uintptr_t)fp_thread_join(p), (uint64_t)n * (n - 1));
 	assert_int_equal(detached_ran, 100);
 	/* a dead thread detached after the run is freed at once */
 	struct fp_thread *late = fp_thread_spawn(s, leaf, (void *)1);
-	fp_sched_run(s);
+	fp_tsched_run(s);
 	fp_thread_detach(late);
-	assert_true(fp_sched_switches(s) > 2 * n);
-	fp_sched_destroy(s);
+	assert_true(fp_tsched_switches(s) > 2 * n);
+	fp_tsched_destroy(s);
 }
 
 /* ---- a mutex held across yields, counted by many threads ---- */
@@ -130,23 +130,23 @@ static void *incrementer(void *arg)
 static void mutex_excludes(void **state)
 {
 	(void)state;
-	struct fp_sched *s = fp_sched_create(NULL);
+	struct fp_tsched *s = fp_tsched_create(NULL);
 
 	counter = inside = 0;
 	for (int i = 0; i < 50; i++)
 		fp_thread_detach(fp_thread_spawn(s, incrementer, (void *)200));
-	assert_int_equal(fp_sched_run(s), 0);
+	assert_int_equal(fp_tsched_run(s), 0);
 	assert_int_equal(counter, 50 * 200);
 	assert_null(mu.owner);
 	assert_true(fp_mutex_trylock(&mu) == false);   /* outside a thread: owner NULL */
-	fp_sched_destroy(s);
+	fp_tsched_destroy(s);
 }
 
 /* ---- a bounded queue with two condition variables ---- */
 
 #define QCAP 4
 static struct fp_mutex qm = FP_MUTEX_INIT;
-static struct fp_cond not_empty = FP_COND_INIT, not_full = FP_COND_INIT;
+static struct fp_condvar not_empty = FP_CONDVAR_INIT, not_full = FP_CONDVAR_INIT;
 static uint64_t q[QCAP];
 static unsigned q_head, q_len;
 
@@ -157,9 +157,9 @@ static void *producer(void *arg)
 	for (uint64_t i = 0; i < 1000; i++) {
 		fp_mutex_lock(&qm);
 		while (q_len == QCAP)
-			fp_cond_wait(&not_full, &qm);
+			fp_condvar_wait(&not_full, &qm);
 		q[(q_head + q_len++) % QCAP] = base + i;
-		fp_cond_signal(&not_empty);
+		fp_condvar_signal(&not_empty);
 		fp_mutex_unlock(&qm);
 	}
 	return NULL;
@@ -173,11 +173,11 @@ static void *consumer(void *arg)
 	for (unsigned k = 0; k < n; k++) {
 		fp_mutex_lock(&qm);
 		while (!q_len)
-			fp_cond_wait(&not_empty, &qm);
+			fp_condvar_wait(&not_empty, &qm);
 		uint64_t v = q[q_head];
 		q_head = (q_head + 1) % QCAP;
 		q_len--;
-		fp_cond_broadcast(&not_full);
+		fp_condvar_broadcast(&not_full);
 		fp_mutex_unlock(&qm);
 		/* each producer's values arrive in its order */
 		unsigned p = (unsigned)(v / 1000000);
@@ -191,7 +191,7 @@ static void *consumer(void *arg)
 static void condvars_pass_everything(void **state)
 {
 	(void)state;
-	struct fp_sched *s = fp_sched_create(NULL);
+	struct fp_tsched *s = fp_tsched_create(NULL);
 	struct fp_thread *c;
 	uint64_t want = 0;
 
@@ -202,21 +202,21 @@ static void condvars_pass_everything(void **state)
 		for (uint64_t i = 0; i < 1000; i++)
 			want += p * 1000000 + i;
 	}
-	assert_int_equal(fp_sched_run(s), 0);
+	assert_int_equal(fp_tsched_run(s), 0);
 	assert_int_equal((uintptr_t)fp_thread_join(c), want);
-	fp_sched_destroy(s);
+	fp_tsched_destroy(s);
 }
 
 /* ---- a thread that waits for nothing is reported, not hung on ---- */
 
-static struct fp_cond never = FP_COND_INIT;
+static struct fp_condvar never = FP_CONDVAR_INIT;
 static struct fp_mutex never_m = FP_MUTEX_INIT;
 
 static void *waits_forever(void *arg)
 {
 	(void)arg;
 	fp_mutex_lock(&never_m);
-	fp_cond_wait(&never, &never_m);
+	fp_condvar_wait(&never, &never_m);
 	fp_mutex_unlock(&never_m);
 	return NULL;
 }
@@ -224,12 +224,12 @@ static void *waits_forever(void *arg)
 static void deadlock_is_counted(void **state)
 {
 	(void)state;
-	struct fp_sched *s = fp_sched_create(NULL);
+	struct fp_tsched *s = fp_tsched_create(NULL);
 
 	fp_thread_spawn(s, waits_forever, NULL);
-	assert_int_equal(fp_sched_run(s), 1);   /* one thread blocked, nothing can run */
+	assert_int_equal(fp_tsched_run(s), 1);   /* one thread blocked, nothing can run */
 	/* (its stack is leaked with the scheduler's destroy: it never returned) */
-	fp_sched_destroy(s);
+	fp_tsched_destroy(s);
 }
 
 /* ---- sleep: order by deadline, never early ---- */
@@ -257,15 +257,15 @@ static void *sleeper(void *arg)
 static void sleepers_wake_in_order(void **state)
 {
 	(void)state;
-	struct fp_sched *s = fp_sched_create(NULL);
+	struct fp_tsched *s = fp_tsched_create(NULL);
 
 	woke_n = 0;
 	for (unsigned ms = 5; ms >= 1; ms--)
 		fp_thread_detach(fp_thread_spawn(s, sleeper, (void *)(uintptr_t)(ms * 1000)));
-	assert_int_equal(fp_sched_run(s), 0);
+	assert_int_equal(fp_tsched_run(s), 0);
 	woke[woke_n] = '\0';
 	assert_string_equal(woke, "12345");
-	fp_sched_destroy(s);
+	fp_tsched_destroy(s);
 }
 
 /* ---- a stack overflow hits the guard page and says so ---- */
@@ -296,9 +296,9 @@ static void overflow_is_named(void **state)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		dup2(fds[1], 2);
-		struct fp_sched *s = fp_sched_create(&(struct fp_sched_config){ .stack_size = 32768 });
+		struct fp_tsched *s = fp_tsched_create(&(struct fp_tsched_config){ .stack_size = 32768 });
 		fp_thread_spawn(s, overflow, NULL);
-		fp_sched_run(s);
+		fp_tsched_run(s);
 		_exit(0);   /* not reached */
 	}
 	close(fds[1]);

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The same echo server written two ways, measured in one run: event callbacks (evl.h,
+`fp-echo server`) and a user-level thread per connection with blocking sockets (tsock.h,
+`fp-echo server --threads`); issue 19, step 2.
+
+Loopback, kernel transport, the server on core 0, `fp-echo client` (IX's echo benchmark:
+16 connections, 64-byte messages, each connection reset and replaced after 1024 round
+trips, so accepts and thread spawns are part of it) on core 1; the two servers interleaved
+for --rounds rounds. Per run: messages/s, RTT p50/p99, and the server's CPU per message
+(utime + stime over the run / messages).
+
+    .venv/bin/python bench/threads_vs_events.py [--rounds 5] [--duration 3]
+
+Writes OUT/threads_vs_events.json and .md (default results/threads_vs_events/).
+"""
+import argparse
+import json
+import os
+import pathlib
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one(build, mode, a, out):
+    port = free_port()
+    exe = str(build / "apps" / "echo" / "fp-echo")
+    srv = subprocess.Popen([exe, "server", *(["--threads"] if mode == "threads" else []),
+                            "--net", "kernel", "--ip", "127.0.0.1", "--port", str(port),
+                            "--stats", "none", "--cores", "0"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                if time.time() > deadline or srv.poll() is not None:
+                    sys.exit(f"threads_vs_events: {mode} server did not start")
+                time.sleep(0.05)
+        js = out / f"{mode}.json"
+        c0 = cpu_s(srv.pid)
+        r = subprocess.run([exe, "client", "--server", f"127.0.0.1:{port}", "--net", "kernel",
+                            "--ip", "127.0.0.1", "--stats", "none", "--cores", "1",
+                            "--conns", "16", "--size", "64", "--duration", str(a.duration),
+                            "--warmup", "0.5", "--json", str(js)],
+                           capture_output=True, text=True, timeout=a.duration + 30)
+        c1 = cpu_s(srv.pid)
+        if r.returncode:
+            sys.exit(f"threads_vs_events: client failed: {r.stderr[-300:]}")
+        d = json.loads(js.read_text())
+    finally:
+        srv.send_signal(signal.SIGINT)
+        srv.wait(10)
+    return {"mode": mode, "msgs_per_s": d["msgs_per_s"], "rtt_p50_us": d["rtt_us"]["p50"],
+            "rtt_p99_us": d["rtt_us"]["p99"], "errors": d["errors"],
+            "conns_per_s": d["conns_per_s"],
+            "server_cpu_ns_per_msg": (c1 - c0) * 1e9 / d["round_trips_total"],
+            "server_exit": srv.returncode}
+
+
+def mm(xs, fmt):
+    return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=3)
+    ap.add_argument("--build", default=str(ROOT / "build" / "release"))
+    ap.add_argument("--out", default=str(ROOT / "results" / "threads_vs_events"))
+    a = ap.parse_args()
+    build, out = pathlib.Path(a.build), pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for r in range(a.rounds):
+        for mode in ("events", "threads"):
+            res = one(build, mode, a, out)
+            res["round"] = r + 1
+            print(json.dumps(res), flush=True)
+            runs.append(res)
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    (out / "threads_vs_events.json").write_text(json.dumps({"date": date, "runs": runs},
+                                                           indent=1))
+    lines = [f"{date}, `bench/threads_vs_events.py {' '.join(sys.argv[1:])}`, "
+             f"{os.cpu_count()} vCPUs; median (min-max) of {a.rounds} interleaved rounds", "",
+             "| server | messages/s | RTT p50 µs | RTT p99 µs | server CPU ns/message | "
+             "connections/s | errors |", "|---|---|---|---|---|---|---|"]
+    for mode in ("events", "threads"):
+        rs = [x for x in runs if x["mode"] == mode]
+        lines.append(f"| {mode} | {mm([x['msgs_per_s'] for x in rs], '{:,.0f}')} | "
+                     f"{mm([x['rtt_p50_us'] for x in rs], '{:.1f}')} | "
+                     f"{mm([x['rtt_p99_us'] for x in rs], '{:.1f}')} | "
+                     f"{mm([x['server_cpu_ns_per_msg'] for x in rs], '{:.0f}')} | "
+                     f"{mm([x['conns_per_s'] for x in rs], '{:.0f}')} | "
+                     f"{sum(x['errors'] for x in rs)} |")
+    ratios = [t["msgs_per_s"] / e["msgs_per_s"] for e, t in
+              zip([x for x in runs if x["mode"] == "events"],
+                  [x for x in runs if x["mode"] == "threads"])]
+    lines += ["", f"threads / events, messages/s within a round: {mm(ratios, '{:.3f}')}"]
+    (out / "threads_vs_events.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""The same echo server written two ways, measured in one run: event callbacks (evl.h,
-`fp-echo server`) and a user-level thread per connection with blocking sockets (tsock.h,
-`fp-echo server --threads`); issue 19, step 2.
+"""The same server written two ways, measured in one run: event callbacks (evl.h) and a
+user-level thread per connection with blocking sockets (tsock.h, `--threads`); issue 19.
+
+--workload echo (default): `fp-echo server` against `fp-echo server --threads`, driven by
+`fp-echo client`, as below. --workload spin: `fp-echo spin` against `fp-echo spin
+--threads` (Shenango's synthetic workload), driven by fp-loadgen (spin protocol, fixed
+--service-us, open loop, 16 connections) at --rates; per rate: achieved, p50, p99, and the
+server's CPU per request.
 
 Loopback, kernel transport, the server on core 0, `fp-echo client` (IX's echo benchmark:
 16 connections, 64-byte messages, each connection reset and replaced after 1024 round
@@ -77,6 +82,61 @@ def one(build, mode, a, out):
             "server_exit": srv.returncode}
 
 
+def one_spin(build, mode, a, out):
+    port = free_port()
+    exe = str(build / "apps" / "echo" / "fp-echo")
+    srv = subprocess.Popen([exe, "spin", *(["--threads"] if mode == "threads" else []),
+                            "--net", "kernel", "--ip", "127.0.0.1", "--port", str(port),
+                            "--stats", "none", "--cores", "0"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pts = []
+    try:
+        deadline = time.time() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                if time.time() > deadline or srv.poll() is not None:
+                    sys.exit(f"threads_vs_events: {mode} spin server did not start")
+                time.sleep(0.05)
+        for rate in a.rates.split(","):
+            js = out / f"spin_{mode}_{rate}.json"
+            c0 = cpu_s(srv.pid)
+            r = subprocess.run([str(build / "apps" / "loadgen" / "fp-loadgen"), "--server",
+                                f"127.0.0.1:{port}", "--proto", "spin", "--service",
+                                f"fixed:{a.service_us}us", "--rate", rate, "--duration",
+                                str(a.duration), "--warmup", "0.5", "--conns", "16",
+                                "--cores", "1", "--quiet", "--json", str(js)],
+                               capture_output=True, text=True, timeout=a.duration + 30)
+            c1 = cpu_s(srv.pid)
+            if r.returncode:
+                sys.exit(f"threads_vs_events: fp-loadgen failed: {r.stderr[-300:]}")
+            (p,) = json.loads(js.read_text())["points"]
+            pts.append({"rate": rate, "achieved_rps": p["achieved_rps"],
+                        "p50_us": p["latency_us"]["p50"], "p99_us": p["latency_us"]["p99"],
+                        "valid": p["valid"],
+                        "server_cpu_ns_per_req": (c1 - c0) * 1e9 / max(1, p["completed"])})
+    finally:
+        srv.send_signal(signal.SIGINT)
+        srv.wait(10)
+    return {"mode": mode, "points": pts, "server_exit": srv.returncode}
+
+
+def spin_table(runs, a):
+    lines = ["| server | rate | achieved | p50 µs | p99 µs | server CPU ns/request "
+             "(includes the spin) | invalid points |", "|---|---|---|---|---|---|---|"]
+    for mode in ("events", "threads"):
+        for i, rate in enumerate(a.rates.split(",")):
+            ps = [r["points"][i] for r in runs if r["mode"] == mode]
+            lines.append(f"| {mode} | {rate} | {mm([p['achieved_rps'] for p in ps], '{:,.0f}')} | "
+                         f"{mm([p['p50_us'] for p in ps], '{:.1f}')} | "
+                         f"{mm([p['p99_us'] for p in ps], '{:.1f}')} | "
+                         f"{mm([p['server_cpu_ns_per_req'] for p in ps], '{:.0f}')} | "
+                         f"{sum(not p['valid'] for p in ps)} |")
+    return lines
+
+
 def mm(xs, fmt):
     return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
 
@@ -87,10 +147,29 @@ def main():
     ap.add_argument("--duration", type=float, default=3)
     ap.add_argument("--build", default=str(ROOT / "build" / "release"))
     ap.add_argument("--out", default=str(ROOT / "results" / "threads_vs_events"))
+    ap.add_argument("--workload", choices=("echo", "spin"), default="echo")
+    ap.add_argument("--rates", default="20k,50k,70k", help="spin: fp-loadgen rates")
+    ap.add_argument("--service-us", type=float, default=10, help="spin: service time")
     a = ap.parse_args()
     build, out = pathlib.Path(a.build), pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
+    if a.workload == "spin":
+        for r in range(a.rounds):
+            for mode in ("events", "threads"):
+                res = one_spin(build, mode, a, out)
+                res["round"] = r + 1
+                print(json.dumps(res), flush=True)
+                runs.append(res)
+        date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        (out / "spin_threads_vs_events.json").write_text(json.dumps({"date": date,
+                                                                     "runs": runs}, indent=1))
+        lines = [f"{date}, `bench/threads_vs_events.py {' '.join(sys.argv[1:])}`, "
+                 f"{os.cpu_count()} vCPUs; spin fixed {a.service_us} us; median (min-max) of "
+                 f"{a.rounds} interleaved rounds", ""] + spin_table(runs, a)
+        (out / "spin_threads_vs_events.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
     for r in range(a.rounds):
         for mode in ("events", "threads"):
             res = one(build, mode, a, out)

@@ -35,6 +35,7 @@ static const struct option server_opts[] = {
 static const struct option spin_opts[] = {
 	{ "port", required_argument, NULL, OPT_PORT },
 	{ "native", no_argument, NULL, OPT_NATIVE },
+	{ "threads", no_argument, NULL, OPT_THREADS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -70,13 +71,16 @@ static const char usage_top[] =
 	"             TSC, then its 16-byte header goes back; runs until SIGINT\n";
 
 static const char usage_spin[] =
-	"usage: fp-echo spin [--port P] [--native] [runtime options]\n"
+	"usage: fp-echo spin [--port P] [--native | --threads] [runtime options]\n"
 	"  --port P              TCP port (default 7); requests as fp-loadgen --proto spin\n"
 	"                        sends them (apps/loadgen/lg.h), served in order per\n"
 	"                        connection, each spinning its service time on the worker\n"
 	"  --native              the server on the native API (api.h) instead of the\n"
 	"                        event-callback layer: steal-safe, so --sched steal lets\n"
-	"                        idle workers run other workers' connections (ZygOS)\n";
+	"                        idle workers run other workers' connections (ZygOS)\n"
+	"  --threads             written with user-level threads and blocking sockets\n"
+	"                        (tsock.h): a thread per connection reads a request,\n"
+	"                        spins, writes the answer (Shenango's model)\n";
 
 static const char usage_server[] =
 	"usage: fp-echo server [--port P] [--udp | --threads] [runtime options]\n"
@@ -304,7 +308,12 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "spin")) {
 		o.mode = ECHO_SPIN;
 		parse(&o, argc - 1, argv + 1, spin_opts, usage_spin);
-		return o.native ? echo_spin_native_run(&o) : echo_spin_run(&o);
+		if (o.native && o.threads) {
+			fprintf(stderr, "fp-echo: spin: --native or --threads, not both\n");
+			return 2;
+		}
+		return o.native ? echo_spin_native_run(&o) : o.threads ? echo_tspin_run(&o)
+				: echo_spin_run(&o);
 	}
 	if (!strcmp(cmd, "client"))
 		o.mode = ECHO_CLIENT;

@@ -133,11 +133,14 @@ def echo_server(build_dir):
     assert rc == 0, out
 
 
-@pytest.fixture(scope="module")
-def spin_server(build_dir):
+@pytest.fixture(scope="module", params=["events", "threads"])
+def spin_server(build_dir, request):
+    """fp-echo spin, written with event callbacks, and with a user-level thread per
+    connection (--threads, tsock.h): the same protocol, the same checks."""
     port = free_port()
-    s = Spawned([echo_exe(build_dir), "spin", "--net", "kernel", "--ip", HOST, "--port", port,
-                 "--stats", "none", "--cores", SERVER_CORE], port)
+    style = ["--threads"] if request.param == "threads" else []
+    s = Spawned([echo_exe(build_dir), "spin", *style, "--net", "kernel", "--ip", HOST, "--port",
+                 port, "--stats", "none", "--cores", SERVER_CORE], port)
     yield port
     rc, out = s.close()
     assert rc == 0, out

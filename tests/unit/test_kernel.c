@@ -706,7 +706,9 @@ static void knock_accept_cookie(void **state)
 	a->no_accept_second = true;
 	srv_start(s, a, 0);
 	int port = srv_port(a);
-	assert_int_equal(atomic_load(&a->addrinuse), 1);
+	/* The busy port was refused and the app moved on; a random port after it may be taken
+	 * too on a busy machine (CI once found every engine's second pick, one seed, taken) */
+	assert_true(atomic_load(&a->addrinuse) >= 1);
 	assert_int_not_equal(port, busy_port);
 	int c1 = tcp_client(port, 0);
 	assert_true(wait_ge(&a->knocks, 1));

@@ -85,6 +85,7 @@ static __thread struct fp_tsched *tls_sched;
 /* ---- guard pages: an overflow is named, not silent ---- */
 
 static struct sigaction prev_segv;   /* the action before ours, for faults not ours */
+static __thread void *alt_stack;     /* this OS thread's signal stack, if we gave it one */
 
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
@@ -118,8 +119,11 @@ static int guard_handler_install(void)
 
 	if (sigaltstack(NULL, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
 		stack_t alt = { .ss_size = 64u << 10 };
-		if (!(alt.ss_sp = malloc(alt.ss_size)) || sigaltstack(&alt, NULL))
-			return -errno;
+		if (!(alt.ss_sp = malloc(alt.ss_size)) || sigaltstack(&alt, NULL)) {
+			free(alt.ss_sp);
+			return -ENOMEM;
+		}
+		alt_stack = alt.ss_sp;   /* the OS thread's for good (the kernel holds it) */
 	}
 	/* Ours unless it is already (someone may have set theirs since: a test harness, a
 	 * sanitizer; then theirs is the one faults that are not ours go to). */

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The same server written two ways, measured in one run: event callbacks (evl.h) and a
-user-level thread per connection with blocking sockets (tsock.h, `--threads`); issue 19.
+"""The same server written three ways, measured in one run: event callbacks (evl.h), a
+user-level thread per connection with blocking sockets (tsock.h, `--threads`), and the
+peer: a Linux thread per connection on blocking Linux sockets (`--pthreads`); issue 19.
 
 --workload echo (default): `fp-echo server` against `fp-echo server --threads`, driven by
 `fp-echo client`, as below. --workload spin: `fp-echo spin` against `fp-echo spin
@@ -30,6 +31,8 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+MODES = ("events", "threads", "pthreads")
+STYLE = {"events": [], "threads": ["--threads"], "pthreads": ["--pthreads"]}
 
 
 def cpu_s(pid):
@@ -47,7 +50,7 @@ def free_port():
 def one(build, mode, a, out):
     port = free_port()
     exe = str(build / "apps" / "echo" / "fp-echo")
-    srv = subprocess.Popen([exe, "server", *(["--threads"] if mode == "threads" else []),
+    srv = subprocess.Popen([exe, "server", *STYLE[mode],
                             "--net", "kernel", "--ip", "127.0.0.1", "--port", str(port),
                             "--stats", "none", "--cores", "0"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -85,7 +88,7 @@ def one(build, mode, a, out):
 def one_spin(build, mode, a, out):
     port = free_port()
     exe = str(build / "apps" / "echo" / "fp-echo")
-    srv = subprocess.Popen([exe, "spin", *(["--threads"] if mode == "threads" else []),
+    srv = subprocess.Popen([exe, "spin", *STYLE[mode],
                             "--net", "kernel", "--ip", "127.0.0.1", "--port", str(port),
                             "--stats", "none", "--cores", "0"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -126,7 +129,7 @@ def one_spin(build, mode, a, out):
 def spin_table(runs, a):
     lines = ["| server | rate | achieved | p50 µs | p99 µs | server CPU ns/request "
              "(includes the spin) | invalid points |", "|---|---|---|---|---|---|---|"]
-    for mode in ("events", "threads"):
+    for mode in MODES:
         for i, rate in enumerate(a.rates.split(",")):
             ps = [r["points"][i] for r in runs if r["mode"] == mode]
             lines.append(f"| {mode} | {rate} | {mm([p['achieved_rps'] for p in ps], '{:,.0f}')} | "
@@ -156,7 +159,7 @@ def main():
     runs = []
     if a.workload == "spin":
         for r in range(a.rounds):
-            for mode in ("events", "threads"):
+            for mode in MODES:
                 res = one_spin(build, mode, a, out)
                 res["round"] = r + 1
                 print(json.dumps(res), flush=True)
@@ -171,7 +174,7 @@ def main():
         print("\n".join(lines))
         return
     for r in range(a.rounds):
-        for mode in ("events", "threads"):
+        for mode in MODES:
             res = one(build, mode, a, out)
             res["round"] = r + 1
             print(json.dumps(res), flush=True)
@@ -183,7 +186,7 @@ def main():
              f"{os.cpu_count()} vCPUs; median (min-max) of {a.rounds} interleaved rounds", "",
              "| server | messages/s | RTT p50 µs | RTT p99 µs | server CPU ns/message | "
              "connections/s | errors |", "|---|---|---|---|---|---|---|"]
-    for mode in ("events", "threads"):
+    for mode in MODES:
         rs = [x for x in runs if x["mode"] == mode]
         lines.append(f"| {mode} | {mm([x['msgs_per_s'] for x in rs], '{:,.0f}')} | "
                      f"{mm([x['rtt_p50_us'] for x in rs], '{:.1f}')} | "
@@ -191,10 +194,11 @@ def main():
                      f"{mm([x['server_cpu_ns_per_msg'] for x in rs], '{:.0f}')} | "
                      f"{mm([x['conns_per_s'] for x in rs], '{:.0f}')} | "
                      f"{sum(x['errors'] for x in rs)} |")
-    ratios = [t["msgs_per_s"] / e["msgs_per_s"] for e, t in
-              zip([x for x in runs if x["mode"] == "events"],
-                  [x for x in runs if x["mode"] == "threads"])]
-    lines += ["", f"threads / events, messages/s within a round: {mm(ratios, '{:.3f}')}"]
+    by = {m: [x for x in runs if x["mode"] == m] for m in MODES}
+    for m in ("threads", "pthreads"):
+        ratios = [t["msgs_per_s"] / e["msgs_per_s"] for e, t in zip(by["events"], by[m])]
+        lines += ["" if m == "threads" else "",
+                  f"{m} / events, messages/s within a round: {mm(ratios, '{:.3f}')}"]
     (out / "threads_vs_events.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -21,13 +21,14 @@
 enum {
 	OPT_PORT = 'p', OPT_UDP = 'u', OPT_SERVER = 's', OPT_CONNS = 'c', OPT_SIZE = 'z',
 	OPT_ROUNDS = 'r', OPT_DURATION = 'd', OPT_WARMUP = 'w', OPT_COUNT = 'n', OPT_JSON = 'j',
-	OPT_HELP = 'h', OPT_NATIVE = 'N', OPT_THREADS = 'T',
+	OPT_HELP = 'h', OPT_NATIVE = 'N', OPT_THREADS = 'T', OPT_PTHREADS = 'P',
 };
 
 static const struct option server_opts[] = {
 	{ "port", required_argument, NULL, OPT_PORT },
 	{ "udp", no_argument, NULL, OPT_UDP },
 	{ "threads", no_argument, NULL, OPT_THREADS },
+	{ "pthreads", no_argument, NULL, OPT_PTHREADS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -36,6 +37,7 @@ static const struct option spin_opts[] = {
 	{ "port", required_argument, NULL, OPT_PORT },
 	{ "native", no_argument, NULL, OPT_NATIVE },
 	{ "threads", no_argument, NULL, OPT_THREADS },
+	{ "pthreads", no_argument, NULL, OPT_PTHREADS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -71,7 +73,7 @@ static const char usage_top[] =
 	"             TSC, then its 16-byte header goes back; runs until SIGINT\n";
 
 static const char usage_spin[] =
-	"usage: fp-echo spin [--port P] [--native | --threads] [runtime options]\n"
+	"usage: fp-echo spin [--port P] [--native | --threads | --pthreads] [runtime options]\n"
 	"  --port P              TCP port (default 7); requests as fp-loadgen --proto spin\n"
 	"                        sends them (apps/loadgen/lg.h), served in order per\n"
 	"                        connection, each spinning its service time on the worker\n"
@@ -80,15 +82,21 @@ static const char usage_spin[] =
 	"                        idle workers run other workers' connections (ZygOS)\n"
 	"  --threads             written with user-level threads and blocking sockets\n"
 	"                        (tsock.h): a thread per connection reads a request,\n"
-	"                        spins, writes the answer (Shenango's model)\n";
+	"                        spins, writes the answer (Shenango's model)\n"
+	"  --pthreads            the same as a Linux thread per connection on blocking\n"
+	"                        Linux sockets: not flowplane, the peer it is measured\n"
+	"                        against (--ip and the first of --cores apply)\n";
 
 static const char usage_server[] =
-	"usage: fp-echo server [--port P] [--udp | --threads] [runtime options]\n"
+	"usage: fp-echo server [--port P] [--udp | --threads | --pthreads] [runtime options]\n"
 	"  --port P              TCP (and UDP) port to echo on (default 7)\n"
 	"  --udp                 also echo UDP datagrams on the same port\n"
 	"  --threads             written with user-level threads and blocking sockets\n"
 	"                        (tsock.h): a thread per connection reads and writes back\n"
-	"                        (TCP only)\n";
+	"                        (TCP only)\n"
+	"  --pthreads            the same as a Linux thread per connection on blocking\n"
+	"                        Linux sockets: not flowplane, the peer it is measured\n"
+	"                        against (--ip and the first of --cores apply)\n";
 
 static const char usage_client[] =
 	"usage: fp-echo client --server IP[:PORT] [options] [runtime options]\n"
@@ -217,6 +225,9 @@ static void take_opt(struct echo_opts *o, int c, const char *val, const char *us
 	case OPT_THREADS:
 		o->threads = true;
 		break;
+	case OPT_PTHREADS:
+		o->pthreads = true;
+		break;
 	case OPT_NATIVE:
 		o->native = true;
 		break;
@@ -299,21 +310,27 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "server")) {
 		o.mode = ECHO_SERVER;
 		parse(&o, argc - 1, argv + 1, server_opts, usage_server);
-		if (o.threads && o.udp) {
-			fprintf(stderr, "fp-echo: server: --threads serves TCP only: drop --udp\n");
+		if ((o.threads || o.pthreads) && o.udp) {
+			fprintf(stderr, "fp-echo: server: --threads and --pthreads serve TCP only: "
+				"drop --udp\n");
 			return 2;
 		}
-		return o.threads ? echo_tserver_run(&o) : echo_server_run(&o);
+		if (o.threads && o.pthreads) {
+			fprintf(stderr, "fp-echo: server: --threads or --pthreads, not both\n");
+			return 2;
+		}
+		return o.pthreads ? echo_pthreads_run(&o) : o.threads ? echo_tserver_run(&o)
+				  : echo_server_run(&o);
 	}
 	if (!strcmp(cmd, "spin")) {
 		o.mode = ECHO_SPIN;
 		parse(&o, argc - 1, argv + 1, spin_opts, usage_spin);
-		if (o.native && o.threads) {
-			fprintf(stderr, "fp-echo: spin: --native or --threads, not both\n");
+		if (o.native + o.threads + o.pthreads > 1) {
+			fprintf(stderr, "fp-echo: spin: one of --native, --threads, --pthreads\n");
 			return 2;
 		}
 		return o.native ? echo_spin_native_run(&o) : o.threads ? echo_tspin_run(&o)
-				: echo_spin_run(&o);
+		       : o.pthreads ? echo_pthreads_run(&o) : echo_spin_run(&o);
 	}
 	if (!strcmp(cmd, "client"))
 		o.mode = ECHO_CLIENT;

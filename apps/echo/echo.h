@@ -52,6 +52,7 @@ struct echo_opts {
 	bool udp;
 	bool native;                    /* spin: the native-API server (steal-safe) */
 	bool threads;                   /* server, spin: user-level threads, blocking sockets */
+	bool pthreads;                  /* server, spin: Linux threads and sockets (the peer) */
 	/* client, pingpong */
 	uint32_t server_addr;           /* host order */
 	uint16_t server_port;
@@ -87,6 +88,7 @@ uint64_t echo_now_ns(void);
 int echo_server_run(const struct echo_opts *o);
 int echo_tserver_run(const struct echo_opts *o);    /* server --threads (tserver.c) */
 int echo_tspin_run(const struct echo_opts *o);      /* spin --threads (tserver.c) */
+int echo_pthreads_run(const struct echo_opts *o);   /* server, spin --pthreads (pthreads.c) */
 int echo_client_run(const struct echo_opts *o);    /* client and pingpong */
 int echo_spin_run(const struct echo_opts *o);      /* fp-loadgen's spin protocol (spin.c) */
 int echo_spin_native_run(const struct echo_opts *o); /* the same on api.h (spin_native.c) */

@@ -126,10 +126,32 @@ def fp_tserver(build_dir):
     assert p.returncode == 0, out
 
 
-@pytest.fixture(params=["events", "threads"])
+@pytest.fixture(scope="module")
+def fp_pserver(build_dir):
+    """`fp-echo server --pthreads`: the peer (Linux threads, Linux sockets) that the
+    user-level threads are measured against; checked like the others."""
+    port = free_port()
+    p = subprocess.Popen([str(exe(build_dir)), "server", "--pthreads", "--ip", HOST, "--port",
+                          str(port), "--cores", SERVER_CORE], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_accepting(port, p)
+        yield port
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, p.stderr.read()
+
+
+@pytest.fixture(params=["events", "threads", "pthreads"])
 def tcp_server(request):
-    """The echo server both ways: event callbacks (evl.h) and threads (tsock.h)."""
-    return request.getfixturevalue("fp_server" if request.param == "events" else "fp_tserver")
+    """The echo server three ways: event callbacks (evl.h), user-level threads (tsock.h),
+    and the Linux-threads peer."""
+    return request.getfixturevalue({"events": "fp_server", "threads": "fp_tserver",
+                                    "pthreads": "fp_pserver"}[request.param])
 
 
 def test_threads_server_streams(fp_tserver):
@@ -169,7 +191,11 @@ def test_threads_server_streams(fp_tserver):
 
 def test_threads_and_udp_refused(build_dir):
     r = run([exe(build_dir), "server", "--threads", "--udp", "--net", "kernel", "--ip", HOST])
-    assert r.returncode == 2 and "--threads serves TCP only" in r.stderr, r.stderr
+    assert r.returncode == 2 and "serve TCP only" in r.stderr, r.stderr
+    r = run([exe(build_dir), "server", "--threads", "--pthreads", "--ip", HOST])
+    assert r.returncode == 2 and "not both" in r.stderr, r.stderr
+    r = run([exe(build_dir), "spin", "--native", "--pthreads", "--ip", HOST])
+    assert r.returncode == 2 and "one of --native" in r.stderr, r.stderr
 
 
 class _Echo(socketserver.BaseRequestHandler):

@@ -133,12 +133,13 @@ def echo_server(build_dir):
     assert rc == 0, out
 
 
-@pytest.fixture(scope="module", params=["events", "threads"])
+@pytest.fixture(scope="module", params=["events", "threads", "pthreads"])
 def spin_server(build_dir, request):
-    """fp-echo spin, written with event callbacks, and with a user-level thread per
-    connection (--threads, tsock.h): the same protocol, the same checks."""
+    """fp-echo spin, written with event callbacks, with a user-level thread per
+    connection (--threads, tsock.h), and as the Linux-threads peer (--pthreads): the same
+    protocol, the same checks."""
     port = free_port()
-    style = ["--threads"] if request.param == "threads" else []
+    style = {"events": [], "threads": ["--threads"], "pthreads": ["--pthreads"]}[request.param]
     s = Spawned([echo_exe(build_dir), "spin", *style, "--net", "kernel", "--ip", HOST, "--port",
                  port, "--stats", "none", "--cores", SERVER_CORE], port)
     yield port

@@ -86,9 +86,11 @@ const char *ctl_refusal(uint32_t op, int r)
 	case -ENOTEMPTY:
 		return "the worker still owns flow groups: move them away first";
 	case -EHOSTDOWN:
-		return "that worker is parked: unpark it first";
+		return op == FP_RT_CMD_SET_TABLE ? "the table gives groups to a parked worker"
+						 : "that worker is parked: unpark it first";
 	case -EINVAL:
-		return park ? "no such worker in this run" : "no such group or worker in this run";
+		return op == FP_RT_CMD_SET_TABLE ? "a worker in the table is not one of this run's"
+		       : park ? "no such worker in this run" : "no such group or worker in this run";
 	default:
 		return strerror(-r);
 	}

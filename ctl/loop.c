@@ -104,14 +104,39 @@ static uint64_t target_mask(const struct loop *l)
 	return m;
 }
 
+/*
+ * Spread the groups over the workers that may own them. The whole table goes in one
+ * command (SET_TABLE: the run asks each move as the owner becomes free, every 50 us), as
+ * IX's control plane writes the NIC's table; a run that predates it gets the moves one
+ * command each.
+ */
 static void rebalance(struct loop *l)
 {
 	struct ctl_move plan[CTL_GROUPS];
 	uint16_t table[CTL_GROUPS];
+	unsigned k;
+	int r;
 
 	for (unsigned g = 0; g < CTL_GROUPS; g++)
 		table[g] = __atomic_load_n(&l->h->groups[g], __ATOMIC_ACQUIRE);
-	issue(l, plan, ctl_plan(table, l->h->n_groups, l->n, target_mask(l), plan, CTL_GROUPS));
+	k = ctl_plan(table, l->h->n_groups, l->n, target_mask(l), plan, CTL_GROUPS);
+	if (!k)
+		return;
+	for (unsigned g = 0; g < CTL_GROUPS; g++)
+		table[g] &= (uint16_t)~FP_RT_GROUP_MOVING;
+	for (unsigned i = 0; i < k; i++)
+		table[plan[i].group] = plan[i].to;
+	for (unsigned g = 0; g < CTL_GROUPS; g++)
+		__atomic_store_n(&l->h->want[g], table[g], __ATOMIC_RELAXED);
+	if (ctl_send(l->h, l->name, FP_RT_CMD_SET_TABLE, 0, 0, &r))
+		return;
+	if (r == 0) {
+		l->moves += k;
+		return;
+	}
+	if (r != -EINVAL)
+		fprintf(stderr, "fp-ctl: table refused: %s\n", ctl_refusal(FP_RT_CMD_SET_TABLE, r));
+	issue(l, plan, k);
 }
 
 static void say(const struct loop *l, double now, const char *what, unsigned w, const char *why)

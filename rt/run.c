@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <flowplane/clock.h>
+#include <flowplane/rss.h>
 
 #include "defs.h"
 
@@ -464,6 +465,8 @@ struct rt_start {
 	sigset_t old_mask;
 	unsigned n_threads;
 	bool started;                     /* every worker thread was started */
+	bool table_pending;               /* SET_TABLE: groups still to ask to move */
+	uint16_t want[FP_RSS_GROUPS];     /* ...to these workers */
 	struct rt_thread threads[FP_RT_MAX_WORKERS];
 	char err[256];
 };
@@ -977,6 +980,7 @@ static uint64_t rt_thread_wait_ns(const struct rt_thread *t)
  */
 #define RT_STARVE_CHECK_US 1000000u
 #define RT_CMD_BUSY_US     200000u   /* after a command, answer the next within 1 ms */
+#define RT_TABLE_POLL_NS   50000L    /* while a wanted table is applied */
 #define RT_STARVE_WARN_US  (10u * 1000000)
 
 static void rt_starve_check(struct rt_start *s, uint64_t now_us, uint64_t span_us)
@@ -1000,6 +1004,53 @@ static void rt_starve_check(struct rt_start *s, uint64_t now_us, uint64_t span_u
 	}
 }
 
+/* SET_TABLE: the wanted table, checked whole (a worker of the run, not parked) and kept;
+ * rt_table_work() asks the moves. */
+static int rt_table_take(struct rt_start *s)
+{
+	const struct fp_rt_stats_hdr *h = s->run.stats_hdr;
+
+	if (!s->run.steer || s->run.sh)
+		return -EOPNOTSUPP;
+	if (!s->run.app->steal_safe && !(s->run.app->flow_leave && s->run.app->flow_arrive))
+		return -EPERM;
+	for (unsigned g = 0; g < FP_RSS_GROUPS; g++) {
+		uint16_t w = __atomic_load_n(&h->want[g], __ATOMIC_RELAXED);
+		if (w >= s->cfg.n_workers)
+			return -EINVAL;
+		if (rt_steer_parked(s->run.steer, w))
+			return -EHOSTDOWN;
+		s->want[g] = w;
+	}
+	s->table_pending = true;
+	return 0;
+}
+
+/* Ask the moves the wanted table still needs; an owner busy with one is asked again on
+ * the next call. False once the table is what was wanted. */
+static bool rt_table_work(struct rt_start *s)
+{
+	const uint16_t *t = rt_steer_table(s->run.steer);
+	bool left = false;
+
+	for (unsigned g = 0; g < FP_RSS_GROUPS; g++) {
+		uint16_t e = __atomic_load_n(&t[g], __ATOMIC_ACQUIRE);
+
+		if (e == s->want[g])
+			continue;
+		if (e & FP_RT_GROUP_MOVING) {
+			left = true;
+			continue;
+		}
+		int r = rt_steer_ask_move(s->run.steer, g, s->want[g]);
+		if (r == 0 || r == -EBUSY)
+			left = true;   /* asked, or its owner is busy: looked at again */
+		else
+			s->want[g] = e;   /* cannot go there now (parked since): stays */
+	}
+	return left;
+}
+
 /* A command from the stats segment's channel (fp-ctl): checked, passed on, answered.
  * True when there was one. */
 static bool rt_command(struct rt_start *s)
@@ -1020,6 +1071,9 @@ static bool rt_command(struct rt_start *s)
 			r = -EPERM;        /* the application's flows cannot change worker */
 		else
 			r = rt_steer_ask_move(s->run.steer, a0, a1);
+		break;
+	case FP_RT_CMD_SET_TABLE:
+		r = rt_table_take(s);
 		break;
 	case FP_RT_CMD_PARK:
 	case FP_RT_CMD_UNPARK:
@@ -1063,7 +1117,12 @@ static void rt_wait(struct rt_start *s)
 		uint64_t now0 = rt_now_us();
 		int wait_ms = !told ? 5 : !s->run.steer ? 100
 			      : now0 - last_cmd < RT_CMD_BUSY_US ? 1 : 10;
-		if (poll(p, 2, wait_ms) > 0 && (p[0].revents & POLLIN) &&
+		/* a table to apply: every 50 us, so a rebalance of many groups takes
+		 * milliseconds, not one poll period per group */
+		struct timespec ts = { 0, s->table_pending ? RT_TABLE_POLL_NS : wait_ms * 1000000L };
+		if (s->table_pending)
+			s->table_pending = rt_table_work(s);
+		if (ppoll(p, 2, &ts, NULL) > 0 && (p[0].revents & POLLIN) &&
 		    read(s->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 			atomic_store(&s->run.stop, true);
 			rt_run_wake(&s->run);

@@ -75,12 +75,17 @@ struct fp_rt_stats_hdr {
 	 * the group is on its way there; n_groups 0 when the run has no flow groups. */
 	uint32_t n_groups;
 	uint16_t groups[128];
+	/* The table a controller wants (FP_RT_CMD_SET_TABLE): written before the command; the
+	 * run then moves each group whose owner differs, as owners become free, until
+	 * groups[] equals it (IX's control plane writes the NIC's whole table at once). */
+	uint16_t want[128];
 } fp_aligned_cache;
 
 enum fp_rt_cmd_op {
 	FP_RT_CMD_MOVE_GROUP = 1,     /* arg0: group, arg1: worker */
 	FP_RT_CMD_PARK = 2,           /* arg0: worker (it must own no group) */
 	FP_RT_CMD_UNPARK = 3,         /* arg0: worker */
+	FP_RT_CMD_SET_TABLE = 4,      /* the header's want[]: every entry a worker not parked */
 };
 
 #define FP_RT_GROUP_MOVING 0x8000u

@@ -367,8 +367,13 @@ def test_park_gives_the_core_back(topo, build_dir):
         assert fp_ctl(build_dir, "unpark", srv.stats, 1).stderr.count("not parked") == 1
         assert fp_ctl(build_dir, "park", srv.stats, 5).returncode == 1
         assert fp_ctl(build_dir, "park", srv.stats, "x").returncode == 2
-        for g in range(1, 128, 2):
-            assert fp_ctl(build_dir, "move", srv.stats, g, 0).returncode == 0, g
+        # SET_TABLE (op 4) with the segment's want[] as a new run has it, all zeros: every
+        # group to worker 0, in one command
+        r = fp_ctl(build_dir, "cmd", srv.stats, 4, 0, 0)
+        assert r.returncode == 0, r.stdout
+        wait_for(lambda: "worker 1: -  (0 groups)" in fp_ctl(build_dir, "groups",
+                                                             srv.stats).stdout,
+                 "the table applied")
         assert worker_stat(srv, 1, "sleeps") == 0          # polling: never asleep
         r = fp_ctl(build_dir, "park", srv.stats, 1)
         assert r.returncode == 0, r.stderr
@@ -455,9 +460,17 @@ def test_controller_and_run_lose_each_other(topo, build_dir):
         pol = pathlib.Path(f"/tmp/{TAG}-lose.policy")
         pol.write_text(policy)
         ctl = subprocess.Popen([str(build_dir / "ctl" / "fp-ctl"), "run", srv.stats,
-                                "--policy", str(pol)], stdout=subprocess.PIPE, text=True)
+                                "--policy", str(pol)], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
         try:
-            wait_for(lambda: worker_stat(srv, 1, "parked") == 1, "the idle run parks worker 1")
+            try:
+                wait_for(lambda: worker_stat(srv, 1, "parked") == 1,
+                         "the idle run parks worker 1", limit_s=30)   # a busy box
+            except AssertionError:
+                ctl.kill()
+                raise AssertionError(f"worker 1 not parked; the controller said: "
+                                     f"{ctl.communicate()[0]}; groups: "
+                                     f"{fp_ctl(build_dir, 'groups', srv.stats).stdout}")
             ctl.kill()
             ctl.wait()
             out = client_py(topo, BULK, topo.fp_srv_ip, PORT, 4, 4_000_000)

@@ -637,6 +637,9 @@ def crawler_session(srv, many):
         settings = c.stats(b"settings")["lru_crawler"]
         big = []
         if many:
+            # no pause between items: memcached's crawler sleeps the 100 us set above after
+            # each, which a busy VM stretches to milliseconds (CI once timed out at 40,000)
+            assert c.cmd(b"lru_crawler sleep 0") == b"OK"
             v = b"v" * 10
             for base in range(0, many, 2000):
                 c.sync(b"".join(b"set m%06d 0 0 %d noreply\r\n%s\r\n" % (i, len(v), v)

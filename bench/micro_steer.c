@@ -164,5 +164,9 @@ void bench_steer(const struct bench_opts *o)
 	b->cpu1 = bench_other_cpu(o);
 	bench_case(o, "steer hand-over across 2 threads (per frame)", two_threads, b, 1u << 21);
 	rt_steer_destroy(&b->run);
+	for (int i = 0; i < 2; i++) {
+		fp_pool_cache_flush(&b->cache[i]);
+		fp_pool_destroy(b->pool[i]);
+	}
 	free(b);
 }

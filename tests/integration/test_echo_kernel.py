@@ -189,6 +189,42 @@ def test_threads_server_streams(fp_tserver):
     assert not errors, errors[:3]
 
 
+def test_threads_server_thousands(fp_tserver):
+    """2,000 connections open at once, each a user-level thread blocked in a read until
+    its 4 KB arrive in pieces, then echoing: every byte back on every connection (one
+    Python thread drives them all without blocking)."""
+    import selectors
+    n, size = 2000, 4096
+    sel = selectors.DefaultSelector()
+    want, got, sent = {}, {}, {}
+    for i in range(n):
+        s = socket.create_connection((HOST, fp_tserver), 10)
+        s.setblocking(False)
+        want[s] = os.urandom(size)
+        got[s], sent[s] = bytearray(), 0
+        sel.register(s, selectors.EVENT_READ | selectors.EVENT_WRITE)
+    deadline = time.time() + 120
+    left = n
+    while left and time.time() < deadline:
+        for key, ev in sel.select(timeout=1):
+            s = key.fileobj
+            if ev & selectors.EVENT_WRITE and sent[s] < size:
+                sent[s] += s.send(want[s][sent[s]:sent[s] + 1024])   # in pieces
+                if sent[s] == size:
+                    sel.modify(s, selectors.EVENT_READ)
+            if ev & selectors.EVENT_READ:
+                chunk = s.recv(65536)
+                assert chunk, "closed early"
+                got[s] += chunk
+                if len(got[s]) == size:
+                    sel.unregister(s)
+                    left -= 1
+    bad = sum(bytes(got[s]) != want[s] for s in want)
+    for s in want:
+        s.close()
+    assert left == 0 and bad == 0, (left, bad)
+
+
 def test_threads_and_udp_refused(build_dir):
     r = run([exe(build_dir), "server", "--threads", "--udp", "--net", "kernel", "--ip", HOST])
     assert r.returncode == 2 and "serve TCP only" in r.stderr, r.stderr

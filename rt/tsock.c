@@ -244,7 +244,8 @@ static size_t ts_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 			s->rx_cap = cap;
 		}
 	}
-	memcpy(s->rx + s->rx_off + s->rx_len, data, take);
+	if (take)   /* (on no memory s->rx may still be NULL) */
+		memcpy(s->rx + s->rx_off + s->rx_len, data, take);
 	s->rx_len += take;
 	s->refused |= take < len;
 	if (take)

@@ -47,23 +47,29 @@ def free_port():
         return s.getsockname()[1]
 
 
-def one(build, mode, a, out):
+def start(build, cmd, mode):
+    """fp-echo @cmd (server or spin) in @mode's style on core 0, once it accepts: (proc, port)."""
     port = free_port()
-    exe = str(build / "apps" / "echo" / "fp-echo")
-    srv = subprocess.Popen([exe, "server", *STYLE[mode],
+    srv = subprocess.Popen([str(build / "apps" / "echo" / "fp-echo"), cmd, *STYLE[mode],
                             "--net", "kernel", "--ip", "127.0.0.1", "--port", str(port),
                             "--stats", "none", "--cores", "0"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            return srv, port
+        except OSError:
+            if time.time() > deadline or srv.poll() is not None:
+                srv.kill()
+                sys.exit(f"threads_vs_events: {mode} {cmd} did not start")
+            time.sleep(0.05)
+
+
+def one(build, mode, a, out):
+    exe = str(build / "apps" / "echo" / "fp-echo")
+    srv, port = start(build, "server", mode)
     try:
-        deadline = time.time() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if time.time() > deadline or srv.poll() is not None:
-                    sys.exit(f"threads_vs_events: {mode} server did not start")
-                time.sleep(0.05)
         js = out / f"{mode}.json"
         c0 = cpu_s(srv.pid)
         r = subprocess.run([exe, "client", "--server", f"127.0.0.1:{port}", "--net", "kernel",
@@ -86,23 +92,9 @@ def one(build, mode, a, out):
 
 
 def one_spin(build, mode, a, out):
-    port = free_port()
-    exe = str(build / "apps" / "echo" / "fp-echo")
-    srv = subprocess.Popen([exe, "spin", *STYLE[mode],
-                            "--net", "kernel", "--ip", "127.0.0.1", "--port", str(port),
-                            "--stats", "none", "--cores", "0"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    srv, port = start(build, "spin", mode)
     pts = []
     try:
-        deadline = time.time() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if time.time() > deadline or srv.poll() is not None:
-                    sys.exit(f"threads_vs_events: {mode} spin server did not start")
-                time.sleep(0.05)
         for rate in a.rates.split(","):
             js = out / f"spin_{mode}_{rate}.json"
             c0 = cpu_s(srv.pid)
@@ -197,7 +189,7 @@ def main():
     by = {m: [x for x in runs if x["mode"] == m] for m in MODES}
     for m in ("threads", "pthreads"):
         ratios = [t["msgs_per_s"] / e["msgs_per_s"] for e, t in zip(by["events"], by[m])]
-        lines += ["" if m == "threads" else "",
+        lines += ["",
                   f"{m} / events, messages/s within a round: {mm(ratios, '{:.3f}')}"]
     (out / "threads_vs_events.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -70,45 +70,17 @@ def wait_accepting(port, proc, timeout=10):
     raise AssertionError(f"nothing accepts on {HOST}:{port} after {timeout}s")
 
 
-@pytest.fixture(scope="module")
-def fp_server(build_dir):
-    """`fp-echo server --net kernel --udp` on a free port; SIGINT at the end must exit 0."""
+def serving(build_dir, args, idle_conns=0):
+    """fp-echo @args on a free port, yielded once it accepts (with @idle_conns connections
+    left open across the stop); SIGINT at the end must exit 0."""
     port = free_port()
     log = tempfile.TemporaryFile(mode="w+")
-    p = subprocess.Popen([str(exe(build_dir)), "server", "--net", "kernel", "--ip", HOST,
-                          "--port", str(port), "--udp", "--stats", "none",
-                          "--cores", SERVER_CORE], stdout=log, stderr=log)
-    try:
-        wait_accepting(port, p)
-        yield port
-    finally:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        log.seek(0)
-        out = log.read()
-        log.close()
-    assert p.returncode == 0, out
-
-
-@pytest.fixture(scope="module")
-def fp_tserver(build_dir):
-    """`fp-echo server --threads` (a user-level thread per connection, blocking sockets,
-    rt/tsock.c) with two workers; SIGINT with connections still open, their threads
-    blocked in a read, must exit 0."""
-    port = free_port()
-    log = tempfile.TemporaryFile(mode="w+")
-    p = subprocess.Popen([str(exe(build_dir)), "server", "--threads", "--net", "kernel",
-                          "--ip", HOST, "--port", str(port), "--stats", "none", "--workers",
-                          "2", "--cores", f"{SERVER_CORE},{CLIENT_CORE}"], stdout=log, stderr=log)
+    p = subprocess.Popen([str(exe(build_dir)), *args, "--ip", HOST, "--port", str(port)],
+                         stdout=log, stderr=log)
     idle = []
     try:
         wait_accepting(port, p)
-        idle = [socket.create_connection((HOST, port), 5) for _ in range(4)]
+        idle = [socket.create_connection((HOST, port), 5) for _ in range(idle_conns)]
         yield port
     finally:
         if p.poll() is None:
@@ -127,23 +99,27 @@ def fp_tserver(build_dir):
 
 
 @pytest.fixture(scope="module")
+def fp_server(build_dir):
+    """`fp-echo server --net kernel --udp`."""
+    yield from serving(build_dir, ["server", "--net", "kernel", "--udp", "--stats", "none",
+                                   "--cores", SERVER_CORE])
+
+
+@pytest.fixture(scope="module")
+def fp_tserver(build_dir):
+    """`fp-echo server --threads` (a user-level thread per connection, blocking sockets,
+    rt/tsock.c) with two workers; its stop comes with connections still open, their
+    threads blocked in a read."""
+    yield from serving(build_dir, ["server", "--threads", "--net", "kernel", "--stats", "none",
+                                   "--workers", "2", "--cores", f"{SERVER_CORE},{CLIENT_CORE}"],
+                       idle_conns=4)
+
+
+@pytest.fixture(scope="module")
 def fp_pserver(build_dir):
     """`fp-echo server --pthreads`: the peer (Linux threads, Linux sockets) that the
     user-level threads are measured against; checked like the others."""
-    port = free_port()
-    p = subprocess.Popen([str(exe(build_dir)), "server", "--pthreads", "--ip", HOST, "--port",
-                          str(port), "--cores", SERVER_CORE], stderr=subprocess.PIPE, text=True)
-    try:
-        wait_accepting(port, p)
-        yield port
-    finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    assert p.returncode == 0, p.stderr.read()
+    yield from serving(build_dir, ["server", "--pthreads", "--cores", SERVER_CORE])
 
 
 @pytest.fixture(params=["events", "threads", "pthreads"])

@@ -268,26 +268,19 @@ static void at_node(struct build *b, uint32_t k, const uint8_t *name, size_t len
 		    uint16_t qtype, uint16_t *flags, struct meta *mt)
 {
 	const struct dns_db *db = b->db;
-	uint16_t types[16];
+	uint16_t types[1];
 	unsigned nt = 0;
 
 	for (unsigned hop = 0;; hop++) {
 		const struct dns_node *n = &db->nodes[k];
 		uint32_t first, c;
 
-		if (qtype == DNS_T_ANY && n->n_rr) {
-			for (uint32_t i = n->rr; i < n->rr + n->n_rr; i++) {
-				const struct dns_rr *r = &db->z.rr[i];
-				put_rr(b, name, len, r, r->ttl);
-				b->an++;
-				if ((i == n->rr || r->type != db->z.rr[i - 1].type) && nt < 16)
-					types[nt++] = r->type;
-			}
-			break;
-		}
-		if ((c = rrset(db, n, qtype, &first))) {
-			b->an += put_rrset(b, name, len, n, qtype);
-			types[nt++] = qtype;
+		/* ANY gets one RRset, the name's first by type (RFC 8482 §4.1, as NSD): the
+		 * whole node would make every name an amplifier */
+		uint16_t want = qtype == DNS_T_ANY && n->n_rr ? db->z.rr[n->rr].type : qtype;
+		if ((c = rrset(db, n, want, &first))) {
+			b->an += put_rrset(b, name, len, n, want);
+			types[nt++] = want;
 			break;
 		}
 		if (qtype == DNS_T_CNAME || !rrset(db, n, DNS_T_CNAME, &first)) {

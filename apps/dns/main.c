@@ -207,10 +207,10 @@ static int load(struct dns_main *m)
 	}
 	dns_db_get_info(m->db, &info);
 	fprintf(m->check ? stdout : stderr,
-		"fp-dns: zone %s: %zu names (%zu empty non-terminals, %zu delegations), %zu "
+		"fp-dns: zone %s: %zu names (%zu empty non-terminals, %zu delegation%s), %zu "
 		"records (%zu duplicates dropped), %zu answers pre-built (%zu KB) in %.0f ms\n",
-		apex, info.names, info.empty_nonterminals, info.cuts, info.records, dups,
-		info.prebuilt, info.prebuilt_bytes >> 10, ms_since(&t0));
+		apex, info.names, info.empty_nonterminals, info.cuts, info.cuts == 1 ? "" : "s",
+		info.records, dups, info.prebuilt, info.prebuilt_bytes >> 10, ms_since(&t0));
 	return 0;
 }
 

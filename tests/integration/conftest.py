@@ -34,7 +34,8 @@ def run(args, **kw):
 TOOLS = {
     "ip": "iproute2", "ethtool": "ethtool", "ping": "iputils-ping", "taskset": "util-linux",
     "setpriv": "util-linux", "ps": "procps", "memcached": "memcached",
-    "memccapable": "libmemcached-tools",
+    "memccapable": "libmemcached-tools", "nsd": "nsd", "dig": "bind9-dnsutils",
+    "kdig": "knot-dnsutils",
 }
 ROOT_ONLY = {"ip", "ethtool", "ping"}
 

@@ -1,0 +1,482 @@
+#!/usr/bin/env python3
+"""fp-dns against NSD: the same zone, the same queries, dnsperf as the client (issue 20).
+
+On the standard topology (tools/netns.py) the server namespace runs, one at a time and
+pinned to --server-cpu (0),
+
+    nsd        NSD 4.6, one server process (server-count 1), rate limiting off, on
+               Linux sockets (10.88.0.11)
+    fp-kernel  fp-dns on flowplane's kernel transport (io_uring, 10.88.0.11)
+    fp-xdp     fp-dns on flowplane's own stack over AF_XDP (10.88.0.1)
+
+and the client namespace runs the field's own clients from Debian, not flowplane's, pinned
+to --client-cpu (1): Knot's kxdpgun (AF_XDP, knot-dnsutils) and dnsperf 2.10. For each
+zone size (--zones: 1, 1,000 and 100,000 names; each name an A record, the apex its SOA
+and NS) the queries are A questions for names drawn uniformly from the zone (seeded). The
+servers are measured in interleaved rounds (nsd, fp-kernel, fp-xdp, then again; --rounds,
+default 3). In each round, per server and zone:
+
+  0. saturation under kxdpgun: it offers --gun-qps (2M) from the client's veth through
+     AF_XDP, without Linux's UDP stack on the client side, so the server saturates
+     first; answers per second, and where the server core's busy time went (user,
+     system, softirq: on a veth the core that sends also runs the receiver's softirq);
+  1. saturation under dnsperf: --outstanding queries in flight for --duration seconds;
+     a Linux-sockets client, which on this machine saturates before the servers do;
+     answers per second and the server core's busy time per answer (/proc/stat);
+  2. latency at fixed loads: dnsperf -Q at the rates --loads gives as fractions of the
+     round's NSD saturation (the same rates for every server), with -v: every answer's
+     latency, from which p50, p99 and p99.9; queries lost count as a failed point.
+
+Steal time (/proc/stat) is recorded over every run. Each figure is reported as the median
+over rounds with its min-max; a ratio against NSD is computed within a round and called a
+win or a loss only when its whole range is on one side of 1, else "within noise".
+Writes OUT/runs.json (every run), OUT/summary.json, OUT/summary.md, OUT/dns.png.
+
+dnsperf paces -Q evenly (not Poisson) and reports no send slip of its own; a point whose
+achieved rate is under 97% of the target is marked invalid (the client fell behind).
+
+Without root (--loopback): nsd and fp-kernel on 127.0.0.1, no namespaces, no AF_XDP.
+"""
+import argparse
+import json
+import os
+import pathlib
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from netns import Topo  # noqa: E402
+
+SERVERS = ("nsd", "fp-kernel", "fp-xdp")
+
+
+def log(msg):
+    print(f"[dns_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---- zones and queries ----
+
+def write_zone(d, n):
+    path = d / f"zone-{n}.zone"
+    lines = ["$ORIGIN example.com.", "$TTL 3600",
+             "@ SOA ns1 hostmaster 1 7200 3600 1209600 300", "@ NS ns1", "ns1 A 192.0.2.53"]
+    lines += [f"h{i} A 10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}" for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_queries(d, n, count=100000, seed=1):
+    rnd = random.Random(seed)
+    path = d / f"queries-{n}.txt"
+    path.write_text("".join(f"h{rnd.randrange(n)}.example.com A\n" for _ in range(count)))
+    return path
+
+
+def nsd_conf(d, ip, port, zone):
+    conf = d / f"nsd-{zone.stem}.conf"
+    conf.write_text(f"""server:
+  ip-address: {ip}
+  port: {port}
+  server-count: 1
+  username: ""
+  zonesdir: "{d}"
+  pidfile: "{d}/nsd.pid"
+  database: ""
+  zonelistfile: "{d}/zone.list"
+  xfrdfile: "{d}/xfrd.state"
+  xfrdir: "{d}"
+  logfile: "{d}/nsd.log"
+  rrl-ratelimit: 0
+  minimal-responses: yes
+  verbosity: 0
+remote-control:
+  control-enable: no
+zone:
+  name: example.com
+  zonefile: "{zone.name}"
+""")
+    return conf
+
+
+# ---- /proc/stat ----
+
+def cpu_times(cpu):
+    """(busy, total, user, system, softirq) jiffies of one CPU."""
+    for line in open("/proc/stat"):
+        f = line.split()
+        if f[0] == f"cpu{cpu}":
+            v = list(map(int, f[1:]))
+            return sum(v) - v[3] - v[4], sum(v), v[0] + v[1], v[2], v[5] + v[6]
+    raise RuntimeError(f"cpu{cpu} not in /proc/stat")
+
+
+def core_split(c0, c1):
+    """Where the core's busy time went: user, system, softirq (the veth's receive work
+    for the peer lands here), as shares of busy; and busy as a share of the window."""
+    busy = max(1, c1[0] - c0[0])
+    return {"user": (c1[2] - c0[2]) / busy, "system": (c1[3] - c0[3]) / busy,
+            "softirq": (c1[4] - c0[4]) / busy, "busy": (c1[0] - c0[0]) / max(1, c1[1] - c0[1])}
+
+
+def steal_jiffies():
+    with open("/proc/stat") as f:
+        v = list(map(int, f.readline().split()[1:9]))
+    return v[7], sum(v)
+
+
+# ---- the bench ----
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.build = pathlib.Path(a.build)
+        self.topo = None if a.loopback else Topo("fpdns")
+        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="fp-dns-bench-"))
+
+    def __enter__(self):
+        if self.topo:
+            self.topo.up()
+        return self
+
+    def __exit__(self, *exc):
+        if self.topo:
+            self.topo.down()
+
+    def cmd(self, side, args, cpu):
+        if self.topo:
+            return self.topo.cmd(self.topo.srv_ns if side == "srv" else self.topo.cli_ns,
+                                 args, cpu)
+        return ["taskset", "-c", str(cpu)] + [str(x) for x in args]
+
+    def addr(self, server):
+        if not self.topo:
+            return "127.0.0.1", 5353 if server == "nsd" else 5354
+        return (self.topo.fp_srv_ip if server == "fp-xdp" else self.topo.srv_ip), 53
+
+    def start(self, server, zone):
+        ip, port = self.addr(server)
+        fp = self.build / "apps" / "dns" / "fp-dns"
+        if server == "nsd":
+            argv = ["nsd", "-d", "-c", nsd_conf(self.tmp, ip, port, zone)]
+        elif server == "fp-kernel":
+            argv = [fp, "--zone", zone, "--port", port, "--net", "kernel", "--ip", ip,
+                    "--stats", "none"]
+        else:
+            argv = [fp, "--zone", zone, "--port", port, "--if", self.topo.srv_if,
+                    "--ip", f"{ip}/24", "--stats", "none"]
+        p = subprocess.Popen(self.cmd("srv", argv, self.a.server_cpu), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        probe = self.tmp / "probe.txt"
+        probe.write_text("example.com SOA\n")
+        while time.time() < deadline:
+            if p.poll() is not None:
+                raise RuntimeError(f"{server} exited {p.returncode}: {p.stderr.read()[-500:]}")
+            r = self.dnsperf(ip, port, probe, 0.3, rate=None, outstanding=1, quiet=True)
+            if r.get("completed"):
+                return p, ip, port
+            time.sleep(0.2)
+        raise RuntimeError(f"{server} did not answer within 60 s")
+
+    def stop(self, p):
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def dnsperf(self, ip, port, qfile, duration, rate=None, outstanding=200, verbose=False,
+                quiet=False):
+        argv = ["dnsperf", "-s", ip, "-p", port, "-d", qfile, "-l", duration, "-t", "1",
+                "-c", "4", "-T", "1", "-q", outstanding]
+        if rate:
+            argv += ["-Q", int(rate)]
+        if verbose:
+            argv += ["-v"]
+        s0, c0 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        r = subprocess.run(self.cmd("cli", argv, self.a.client_cpu), capture_output=True,
+                           text=True, timeout=duration + 60)
+        s1, c1 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        out = parse_dnsperf(r.stdout)
+        if not quiet and r.returncode != 0:
+            raise RuntimeError(f"dnsperf failed: {r.stderr[-400:]}")
+        out["steal"] = (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
+        out["server_cpu_busy"] = (c1[0] - c0[0]) / max(1, c1[1] - c0[1])
+        out["server_core"] = core_split(c0, c1)
+        if out.get("completed"):
+            jiffy = 1.0 / os.sysconf("SC_CLK_TCK")
+            out["server_cpu_us_per_query"] = (c1[0] - c0[0]) * jiffy * 1e6 / out["completed"]
+        return out
+
+
+    def kxdpgun(self, ip, port, qfile, duration, rate):
+        """Knot's AF_XDP query generator (knot-dnsutils): it sends from the client's veth
+        without Linux's UDP stack, so the server, not the client, saturates."""
+        argv = ["kxdpgun", "-t", duration, "-Q", rate, "-p", port, "-i", qfile,
+                "-I", self.topo.cli_if, "-F", self.a.client_cpu, ip]
+        s0, c0 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        r = subprocess.run(self.cmd("cli", argv, None), capture_output=True, text=True,
+                           timeout=duration + 60)
+        s1, c1 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        m = re.search(r"total replies:\s+(\d+) \((\d+) pps\)", r.stdout)
+        q = re.search(r"total queries:\s+(\d+) \((\d+) pps\)", r.stdout)
+        if r.returncode != 0 or not m:
+            raise RuntimeError(f"kxdpgun failed: {(r.stdout + r.stderr)[-400:]}")
+        out = {"sent": int(q.group(1)), "sent_qps": int(q.group(2)), "completed": int(m.group(1)),
+               "qps": int(m.group(2)), "steal": (s1[0] - s0[0]) / max(1, s1[1] - s0[1]),
+               "server_core": core_split(c0, c1)}
+        jiffy = 1.0 / os.sysconf("SC_CLK_TCK")
+        out["server_cpu_us_per_query"] = (c1[0] - c0[0]) * jiffy * 1e6 / max(1, out["completed"])
+        return out
+
+
+def parse_dnsperf(text):
+    out = {}
+    for key, pat in [("sent", r"Queries sent:\s+(\d+)"), ("completed", r"Queries completed:\s+(\d+)"),
+                     ("lost", r"Queries lost:\s+(\d+)"), ("qps", r"Queries per second:\s+([\d.]+)"),
+                     ("run_s", r"Run time \(s\):\s+([\d.]+)"),
+                     ("avg_latency_s", r"Average Latency \(s\):\s+([\d.]+)")]:
+        m = re.search(pat, text)
+        if m:
+            out[key] = float(m.group(1)) if "." in m.group(1) else int(m.group(1))
+    lat = [float(x) * 1e6 for x in re.findall(r"^> \S+ \S+ \S+ ([\d.]+)$", text, re.M)]
+    if lat:
+        lat.sort()
+        out["latency_us"] = {p: lat[min(len(lat) - 1, int(len(lat) * q))]
+                             for p, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))}
+        codes = re.findall(r"^> (\S+) ", text, re.M)
+        out["noerror_share"] = codes.count("NOERROR") / len(codes)
+    return out
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def verdict(r):
+    if not r:
+        return "n/a"
+    if r["min"] > 1:
+        return "win"
+    if r["max"] < 1:
+        return "loss"
+    return "within noise"
+
+
+def run(a):
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    servers = [s for s in a.servers.split(",") if not (a.loopback and s == "fp-xdp")]
+    zones = [int(z) for z in a.zones.split(",")]
+    loads = [float(x) for x in a.loads.split(",")]
+    runs = []
+    total = a.rounds * len(zones) * len(servers)
+    t0, done = time.time(), 0
+    with Bench(a) as b:
+        files = {n: (write_zone(b.tmp, n), write_queries(b.tmp, n)) for n in zones}
+        for rnd in range(a.rounds):
+            for n in zones:
+                zone, queries = files[n]
+                nsd_sat = None
+                for server in servers:
+                    done += 1
+                    left = (time.time() - t0) / max(1, done - 1) * (total - done + 1) if done > 1 else 0
+                    log(f"round {rnd + 1}/{a.rounds}, zone {n}, {server} "
+                        f"({done}/{total}; about {left / 60:.0f} min left)")
+                    p, ip, port = b.start(server, zone)
+                    try:
+                        gun = None if a.loopback else b.kxdpgun(ip, port, queries, a.duration,
+                                                                a.gun_qps)
+                        sat = b.dnsperf(ip, port, queries, a.duration, outstanding=a.outstanding)
+                        if server == "nsd":
+                            nsd_sat = sat.get("qps")
+                        base = nsd_sat or sat.get("qps")
+                        points = []
+                        for f in loads:
+                            rate = int(base * f)
+                            pt = b.dnsperf(ip, port, queries, a.duration, rate=rate,
+                                           outstanding=a.outstanding, verbose=True)
+                            pt["target_qps"] = rate
+                            pt["fraction_of_nsd"] = f
+                            pt["valid"] = bool(pt.get("completed")) and \
+                                pt.get("qps", 0) >= 0.97 * rate and pt.get("lost", 1) == 0
+                            points.append(pt)
+                            log(f"  {rate} q/s: p99 {pt.get('latency_us', {}).get('p99', 0):.0f} us"
+                                f"{'' if pt['valid'] else ' (invalid)'}")
+                    finally:
+                        b.stop(p)
+                    log(f"  saturation {sat.get('qps', 0):.0f} q/s (dnsperf), lost {sat.get('lost')}, "
+                        f"server core {sat.get('server_cpu_busy', 0):.0%} busy, steal "
+                        f"{sat.get('steal', 0):.1%}")
+                    if gun:
+                        sc = gun["server_core"]
+                        log(f"  kxdpgun: {gun['qps']} answers/s of {gun['sent_qps']} sent; server "
+                            f"core user {sc['user']:.0%} system {sc['system']:.0%} softirq "
+                            f"{sc['softirq']:.0%}")
+                    runs.append({"round": rnd, "zone": n, "server": server, "saturation": sat,
+                                 "kxdpgun": gun, "points": points})
+                    (out / "runs.json").write_text(json.dumps(runs, indent=1))
+    summary = summarise(runs, servers, zones, loads)
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "host": socket.gethostname(),
+            "cpus": os.cpu_count(), "command": " ".join(sys.argv), "rounds": a.rounds,
+            "duration_s": a.duration, "loopback": a.loopback}
+    (out / "summary.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=1))
+    md = markdown(summary, servers, zones, loads, meta)
+    (out / "summary.md").write_text(md)
+    plot(runs, servers, zones, out / "dns.png")
+    print(md)
+
+
+def summarise(runs, servers, zones, loads):
+    s = {}
+    for n in zones:
+        for server in servers:
+            rs = [r for r in runs if r["zone"] == n and r["server"] == server]
+            gun = [r["kxdpgun"] for r in rs if r.get("kxdpgun")]
+            e = {"saturation_qps": med([r["saturation"].get("qps") for r in rs]),
+                 "kxdpgun_qps": med([g["qps"] for g in gun]),
+                 "kxdpgun_core": {k: med([g["server_core"][k] for g in gun])
+                                  for k in ("user", "system", "softirq")} if gun else None,
+                 "cpu_us_per_query_at_saturation": med([r["saturation"].get("server_cpu_us_per_query") for r in rs]),
+                 "steal": med([r["saturation"].get("steal") for r in rs]),
+                 "points": {}}
+            for f in loads:
+                pts = [p for r in rs for p in r["points"] if p["fraction_of_nsd"] == f]
+                ok = [p for p in pts if p["valid"]]
+                e["points"][str(f)] = {
+                    "target_qps": med([p["target_qps"] for p in pts]),
+                    "p50_us": med([p["latency_us"]["p50"] for p in ok if "latency_us" in p]),
+                    "p99_us": med([p["latency_us"]["p99"] for p in ok if "latency_us" in p]),
+                    "cpu_us_per_query": med([p.get("server_cpu_us_per_query") for p in ok]),
+                    "valid": f"{len(ok)}/{len(pts)}"}
+            if server != "nsd" and "nsd" in servers:
+                ratios = []
+                for r in rs:
+                    base = [x for x in runs if x["zone"] == n and x["server"] == "nsd" and x["round"] == r["round"]]
+                    if base and base[0]["saturation"].get("qps") and r["saturation"].get("qps"):
+                        ratios.append(r["saturation"]["qps"] / base[0]["saturation"]["qps"])
+                e["saturation_vs_nsd"] = med(ratios)
+                e["verdict"] = verdict(e["saturation_vs_nsd"])
+                gr = []
+                for r in rs:
+                    base = [x for x in runs if x["zone"] == n and x["server"] == "nsd" and x["round"] == r["round"]]
+                    if base and base[0].get("kxdpgun") and r.get("kxdpgun"):
+                        gr.append(r["kxdpgun"]["qps"] / max(1, base[0]["kxdpgun"]["qps"]))
+                e["kxdpgun_vs_nsd"] = med(gr)
+                e["kxdpgun_verdict"] = verdict(e["kxdpgun_vs_nsd"]) if gr else "n/a"
+            s[f"{n}/{server}"] = e
+    return s
+
+
+def fmt(m, scale=1.0, digits=0):
+    if not m:
+        return "-"
+    f = f"{{:.{digits}f}}"
+    return f"{f.format(m['median'] * scale)} ({f.format(m['min'] * scale)}-{f.format(m['max'] * scale)})"
+
+
+def markdown(s, servers, zones, loads, meta):
+    lines = [f"fp-dns vs NSD, {meta['date']}, {meta['host']} ({meta['cpus']} CPUs), "
+             f"{meta['rounds']} interleaved rounds, {meta['duration_s']} s per run: "
+             f"`{meta['command']}`", "",
+             "| zone names | server | kxdpgun kq/s | vs NSD | core busy: user/sys/softirq | "
+             "dnsperf kq/s | vs NSD | core us/query (dnsperf) | "
+             + " | ".join(f"p99 us at {f:g}x NSD sat." for f in loads) + " |",
+             "|---|---|---|---|---|---|---|---|" + "---|" * len(loads)]
+    for n in zones:
+        for server in servers:
+            e = s[f"{n}/{server}"]
+            ratio = fmt(e.get("saturation_vs_nsd"), 1, 2) + f" {e['verdict']}" if "verdict" in e else ""
+            gratio = fmt(e.get("kxdpgun_vs_nsd"), 1, 2) + f" {e['kxdpgun_verdict']}" \
+                if e.get("kxdpgun_vs_nsd") else ""
+            core = "/".join(f"{e['kxdpgun_core'][k]['median']:.0%}" for k in ("user", "system", "softirq")) \
+                if e.get("kxdpgun_core") else "-"
+            pts = [fmt(e["points"][str(f)]["p99_us"]) + f" [{e['points'][str(f)]['valid']}]"
+                   for f in loads]
+            lines.append(f"| {n:,} | {server} | {fmt(e['kxdpgun_qps'], 1e-3, 1)} | {gratio} | {core} | "
+                         f"{fmt(e['saturation_qps'], 1e-3, 1)} | {ratio} | "
+                         f"{fmt(e['cpu_us_per_query_at_saturation'], 1, 2)} | " + " | ".join(pts) + " |")
+    lines.append("")
+    lines.append("Medians over rounds (min-max); [valid/runs] per latency point (a point is "
+                 "invalid when dnsperf fell below 97% of the rate or lost a query).")
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs, servers, zones, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, len(zones), figsize=(5 * len(zones), 4), squeeze=False)
+    for ax, n in zip(axes[0], zones):
+        for server in servers:
+            xs, ys = [], []
+            for r in runs:
+                if r["zone"] != n or r["server"] != server:
+                    continue
+                for p in r["points"]:
+                    if p["valid"] and "latency_us" in p:
+                        xs.append(p["qps"] / 1e3)
+                        ys.append(p["latency_us"]["p99"])
+            ax.scatter(xs, ys, label=server, s=12)
+            sats = [r["saturation"].get("qps", 0) / 1e3 for r in runs if r["zone"] == n and r["server"] == server]
+            if sats:
+                ax.axvline(statistics.median(sats), linestyle=":", alpha=0.5,
+                           color=ax.collections[-1].get_facecolor()[0])
+        ax.set_title(f"{n:,} names")
+        ax.set_xlabel("answered kq/s (dotted: saturation)")
+        ax.set_ylabel("p99 latency (us)")
+        ax.set_yscale("log")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--build", default=str(ROOT / "build" / "release"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--zones", default="1,1000,100000", help="zone sizes in names (1,1000,100000)")
+    ap.add_argument("--servers", default=",".join(SERVERS))
+    ap.add_argument("--loads", default="0.1,0.5,0.9",
+                    help="latency points as fractions of the round's NSD saturation")
+    ap.add_argument("--duration", type=int, default=5, help="seconds per run (5)")
+    ap.add_argument("--outstanding", type=int, default=200, help="dnsperf -q (200)")
+    ap.add_argument("--gun-qps", type=int, default=2000000,
+                    help="kxdpgun's offered rate, above every server's saturation (2M)")
+    ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument("--client-cpu", type=int, default=1)
+    ap.add_argument("--loopback", action="store_true", help="no root: 127.0.0.1, no AF_XDP")
+    ap.add_argument("--out", default=str(ROOT / "results" / "dns"))
+    a = ap.parse_args()
+    if not a.loopback and os.geteuid() != 0:
+        ap.error("the namespace topology needs root; --loopback runs without it")
+    if a.rounds < 1 or a.duration < 1:
+        ap.error("--rounds and --duration must be at least 1")
+    try:
+        run(a)
+    except KeyboardInterrupt:
+        log("interrupted: what was measured is in runs.json")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,7 +35,7 @@ TOOLS = {
     "ip": "iproute2", "ethtool": "ethtool", "ping": "iputils-ping", "taskset": "util-linux",
     "setpriv": "util-linux", "ps": "procps", "memcached": "memcached",
     "memccapable": "libmemcached-tools", "nsd": "nsd", "dig": "bind9-dnsutils",
-    "kdig": "knot-dnsutils",
+    "kdig": "knot-dnsutils", "curl": "curl",
 }
 ROOT_ONLY = {"ip", "ethtool", "ping"}
 

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""fp-web against nginx: the same files, wrk as the client (issue 20).
+
+On the standard topology (tools/netns.py) the server namespace runs, one at a time and
+pinned to --server-cpu (0),
+
+    nginx      Debian's nginx-light, one worker process, sendfile on, keep-alive, no
+               access log, on Linux sockets (10.88.0.11)
+    fp-kernel  fp-web on flowplane's kernel transport (io_uring, 10.88.0.11)
+    fp-xdp     fp-web on flowplane's own stack over AF_XDP (10.88.0.1)
+
+and the client namespace runs wrk (Debian's; a tool flowplane did not write) pinned to
+--client-cpu (1), --conns keep-alive connections, for --duration seconds, per file size
+(--sizes: 100 B, 4 KB, 64 KB, 1 MB). The servers are measured in interleaved rounds
+(nginx, fp-kernel, fp-xdp, then again; --rounds, default 3). Per run: requests per
+second, transfer rate, wrk's latency percentiles (closed loop: at the load the
+connections make, not at a chosen rate), the server core's busy time per request and
+where it went (user, system, softirq; on a veth the sender's core also runs the
+receiver's softirq), and steal time. Each figure is the median over rounds with its
+min-max; a ratio against nginx is computed within a round and called a win or a loss
+only when its whole range is on one side of 1, else "within noise".
+Writes OUT/runs.json, OUT/summary.json and OUT/summary.md.
+
+Without root (--loopback): nginx and fp-kernel on 127.0.0.1, no namespaces, no AF_XDP.
+"""
+import argparse
+import json
+import os
+import pathlib
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "bench"))
+from netns import Topo  # noqa: E402
+from dns_bench import cpu_times, core_split, steal_jiffies, med, verdict, fmt  # noqa: E402
+
+SERVERS = ("nginx", "fp-kernel", "fp-xdp")
+
+
+def log(msg):
+    print(f"[web_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def size_name(n):
+    return f"{n >> 20}m" if n >= 1 << 20 else f"{n >> 10}k" if n >= 1024 else f"{n}b"
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.build = pathlib.Path(a.build)
+        self.topo = None if a.loopback else Topo("fpweb")
+        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="fp-web-bench-"))
+        self.www = self.tmp / "www"
+        self.www.mkdir()
+        rnd = random.Random(3)
+        for n in a.sizes:
+            (self.www / f"{size_name(n)}.bin").write_bytes(rnd.randbytes(n))
+
+    def __enter__(self):
+        if self.topo:
+            self.topo.up()
+        return self
+
+    def __exit__(self, *exc):
+        if self.topo:
+            self.topo.down()
+
+    def cmd(self, side, args, cpu):
+        if self.topo:
+            return self.topo.cmd(self.topo.srv_ns if side == "srv" else self.topo.cli_ns, args, cpu)
+        return ["taskset", "-c", str(cpu)] + [str(x) for x in args]
+
+    def addr(self, server):
+        if not self.topo:
+            return "127.0.0.1", 8080 if server == "nginx" else 8081
+        return (self.topo.fp_srv_ip if server == "fp-xdp" else self.topo.srv_ip), 80
+
+    def nginx_conf(self, ip, port):
+        conf = self.tmp / "nginx.conf"
+        conf.write_text(f"""worker_processes 1;
+daemon off;
+pid {self.tmp}/nginx.pid;
+error_log {self.tmp}/nginx-error.log;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 75;
+    keepalive_requests 100000000;
+    client_body_temp_path {self.tmp}/body;
+    proxy_temp_path {self.tmp}/proxy;
+    fastcgi_temp_path {self.tmp}/fastcgi;
+    uwsgi_temp_path {self.tmp}/uwsgi;
+    scgi_temp_path {self.tmp}/scgi;
+    types {{ application/octet-stream bin; }}
+    server {{ listen {ip}:{port}; root {self.www}; }}
+}}
+""")
+        return conf
+
+    def start(self, server):
+        ip, port = self.addr(server)
+        fp = self.build / "apps" / "web" / "fp-web"
+        if server == "nginx":
+            argv = ["nginx", "-c", self.nginx_conf(ip, port), "-p", self.tmp]
+        elif server == "fp-kernel":
+            argv = [fp, "--root", self.www, "--port", port, "--net", "kernel", "--ip", ip,
+                    "--stats", "none"]
+        else:
+            argv = [fp, "--root", self.www, "--port", port, "--if", self.topo.srv_if,
+                    "--ip", f"{ip}/24", "--stats", "none"]
+        p = subprocess.Popen(self.cmd("srv", argv, self.a.server_cpu), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        name = f"{size_name(self.a.sizes[0])}.bin"
+        for _ in range(300):
+            if p.poll() is not None:
+                raise RuntimeError(f"{server} exited {p.returncode}: {p.stderr.read()[-500:]}")
+            r = subprocess.run(self.cmd("cli", ["curl", "-s", "-f", "-o", "/dev/null", "-m", "1",
+                                                f"http://{ip}:{port}/{name}"], self.a.client_cpu),
+                               capture_output=True)
+            if r.returncode == 0:
+                return p, ip, port
+            time.sleep(0.2)
+        raise RuntimeError(f"{server} did not answer within 60 s")
+
+    def stop(self, p):
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)      # nginx: fast shutdown; fp-web: stop
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def wrk(self, ip, port, size):
+        url = f"http://{ip}:{port}/{size_name(size)}.bin"
+        argv = ["wrk", "-t", "1", "-c", self.a.conns, "-d", f"{self.a.duration}s", "--latency", url]
+        s0, c0 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        r = subprocess.run(self.cmd("cli", argv, self.a.client_cpu), capture_output=True,
+                           text=True, timeout=self.a.duration + 60)
+        s1, c1 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        if r.returncode != 0:
+            raise RuntimeError(f"wrk failed: {r.stderr[-400:]}")
+        out = parse_wrk(r.stdout)
+        out["steal"] = (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
+        out["server_core"] = core_split(c0, c1)
+        jiffy = 1.0 / os.sysconf("SC_CLK_TCK")
+        out["server_cpu_us_per_req"] = (c1[0] - c0[0]) * jiffy * 1e6 / max(1, out.get("requests", 0))
+        return out
+
+
+UNITS = {"us": 1, "ms": 1e3, "s": 1e6}
+
+
+def parse_wrk(text):
+    out = {}
+    m = re.search(r"(\d+) requests in ([\d.]+)(\w+)", text)
+    if m:
+        out["requests"] = int(m.group(1))
+    m = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    if m:
+        out["rps"] = float(m.group(1))
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    out["non_2xx"] = int(m.group(1)) if m else 0
+    m = re.search(r"Socket errors: (.*)", text)
+    out["socket_errors"] = m.group(1).strip() if m else ""
+    lat = {}
+    for p, v, u in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s)\s*$", text, re.M):
+        lat[f"p{p}"] = float(v) * UNITS[u]
+    out["latency_us"] = lat
+    return out
+
+
+def run(a):
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    servers = [s for s in a.servers.split(",") if not (a.loopback and s == "fp-xdp")]
+    runs = []
+    total, done, t0 = a.rounds * len(servers), 0, time.time()
+    with Bench(a) as b:
+        for rnd in range(a.rounds):
+            for server in servers:
+                done += 1
+                left = (time.time() - t0) / (done - 1) * (total - done + 1) if done > 1 else 0
+                log(f"round {rnd + 1}/{a.rounds}, {server} ({done}/{total}; about {left / 60:.0f} min left)")
+                p, ip, port = b.start(server)
+                try:
+                    for size in a.sizes:
+                        r = b.wrk(ip, port, size)
+                        r.update(round=rnd, server=server, size=size)
+                        runs.append(r)
+                        log(f"  {size_name(size)}: {r.get('rps', 0):.0f} req/s, p99 "
+                            f"{r['latency_us'].get('p99', 0):.0f} us, {r['server_cpu_us_per_req']:.1f} "
+                            f"us of server core per request")
+                finally:
+                    b.stop(p)
+                (out / "runs.json").write_text(json.dumps(runs, indent=1))
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "host": socket.gethostname(),
+            "cpus": os.cpu_count(), "command": " ".join(sys.argv), "rounds": a.rounds,
+            "duration_s": a.duration, "conns": a.conns}
+    summary = summarise(runs, servers, a.sizes)
+    (out / "summary.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=1))
+    md = markdown(summary, servers, a.sizes, meta)
+    (out / "summary.md").write_text(md)
+    print(md)
+
+
+def summarise(runs, servers, sizes):
+    s = {}
+    for size in sizes:
+        for server in servers:
+            rs = [r for r in runs if r["size"] == size and r["server"] == server]
+            e = {"rps": med([r.get("rps") for r in rs]),
+                 "p99_us": med([r["latency_us"].get("p99") for r in rs]),
+                 "cpu_us_per_req": med([r["server_cpu_us_per_req"] for r in rs]),
+                 "core": {k: med([r["server_core"][k] for r in rs]) for k in ("user", "system", "softirq")},
+                 "non_2xx": sum(r["non_2xx"] for r in rs),
+                 "socket_errors": sorted({r["socket_errors"] for r in rs if r["socket_errors"]})}
+            if server != "nginx":
+                for key, field in (("rps_vs_nginx", "rps"), ("cpu_vs_nginx", "server_cpu_us_per_req")):
+                    ratios = []
+                    for r in rs:
+                        base = [x for x in runs if x["size"] == size and x["server"] == "nginx" and x["round"] == r["round"]]
+                        if base and base[0].get(field) and r.get(field):
+                            ratios.append(r[field] / base[0][field])
+                    e[key] = med(ratios)
+                e["verdict"] = verdict(e["rps_vs_nginx"])
+                c = e["cpu_vs_nginx"]
+                e["cpu_verdict"] = "less" if c and c["max"] < 1 else "more" if c and c["min"] > 1 else "within noise"
+            s[f"{size}/{server}"] = e
+    return s
+
+
+def markdown(s, servers, sizes, meta):
+    lines = [f"fp-web vs nginx, {meta['date']}, {meta['host']} ({meta['cpus']} CPUs), "
+             f"{meta['rounds']} interleaved rounds, wrk -t1 -c{meta['conns']} "
+             f"{meta['duration_s']} s per run: `{meta['command']}`", "",
+             "| file | server | req/s (k) | vs nginx | p99 us (closed loop) | server core us/req | vs nginx | core busy: user/sys/softirq |",
+             "|---|---|---|---|---|---|---|---|"]
+    for size in sizes:
+        for server in servers:
+            e = s[f"{size}/{server}"]
+            core = "/".join(f"{e['core'][k]['median']:.0%}" for k in ("user", "system", "softirq")) \
+                if e["core"]["user"] else "-"
+            lines.append(f"| {size_name(size)} | {server} | {fmt(e['rps'], 1e-3, 1)} | "
+                         f"{fmt(e.get('rps_vs_nginx'), 1, 2) + ' ' + e['verdict'] if 'verdict' in e else ''} | "
+                         f"{fmt(e['p99_us'])} | {fmt(e['cpu_us_per_req'], 1, 1)} | "
+                         f"{fmt(e.get('cpu_vs_nginx'), 1, 2) + ' ' + e['cpu_verdict'] if 'cpu_verdict' in e else ''} | {core} |")
+    errs = [f"{k}: non-2xx {e['non_2xx']}, socket errors {e['socket_errors']}" for k, e in s.items()
+            if e["non_2xx"] or e["socket_errors"]]
+    lines += ["", "Medians over rounds (min-max)." + (" Errors: " + "; ".join(errs) if errs else " No errors.")]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--build", default=str(ROOT / "build" / "release"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sizes", default="100,4096,65536,1048576",
+                    help="file sizes in bytes (100,4096,65536,1048576)")
+    ap.add_argument("--servers", default=",".join(SERVERS))
+    ap.add_argument("--conns", type=int, default=64, help="wrk -c (64)")
+    ap.add_argument("--duration", type=int, default=5, help="seconds per run (5)")
+    ap.add_argument("--server-cpu", type=int, default=0)
+    ap.add_argument("--client-cpu", type=int, default=1)
+    ap.add_argument("--loopback", action="store_true", help="no root: 127.0.0.1, no AF_XDP")
+    ap.add_argument("--out", default=str(ROOT / "results" / "web"))
+    a = ap.parse_args()
+    a.sizes = [int(x) for x in a.sizes.split(",")]
+    if not a.loopback and os.geteuid() != 0:
+        ap.error("the namespace topology needs root; --loopback runs without it")
+    try:
+        run(a)
+    except KeyboardInterrupt:
+        log("interrupted: what was measured is in runs.json")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -43,6 +43,7 @@ import os
 import pathlib
 import random
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -149,6 +150,7 @@ class Bench:
     def __exit__(self, *exc):
         if self.topo:
             self.topo.down()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def cmd(self, side, args, cpu):
         if self.topo:

@@ -5,7 +5,11 @@ On the standard topology (tools/netns.py) the server namespace runs, one at a ti
 pinned to --server-cpu (0),
 
     nginx      Debian's nginx-light, one worker process, sendfile on, keep-alive, no
-               access log, on Linux sockets (10.88.0.11)
+               access log, on Linux sockets (10.88.0.11); tcp_nopush is off: with it,
+               4 KB files ran at a quarter of the rate here (the cork waits on the veth)
+    nginx-copy the same with sendfile off: on this veth (checksum offload off) copying
+               beats sendfile, so the ratios are taken against the faster of the two
+               nginx in each round and size (and the CPU against the cheaper)
     fp-kernel  fp-web on flowplane's kernel transport (io_uring, 10.88.0.11)
     fp-xdp     fp-web on flowplane's own stack over AF_XDP (10.88.0.1)
 
@@ -16,7 +20,11 @@ and the client namespace runs wrk (Debian's; a tool flowplane did not write) pin
 second, transfer rate, wrk's latency percentiles (closed loop: at the load the
 connections make, not at a chosen rate), the server core's busy time per request and
 where it went (user, system, softirq; on a veth the sender's core also runs the
-receiver's softirq), and steal time. Each figure is the median over rounds with its
+receiver's softirq), and steal time. Then, for the sizes in --latency-sizes, p99
+against load: fp-loadgen's http protocol (open loop, Poisson arrivals, latency from the
+scheduled send, its own slip and rate checks; on Linux sockets in the client namespace)
+at --loads, fractions of the round's faster nginx under wrk (the same rates for every
+server; nginx runs first in each round). Each figure is the median over rounds with its
 min-max; a ratio against nginx is computed within a round and called a win or a loss
 only when its whole range is on one side of 1, else "within noise".
 Writes OUT/runs.json, OUT/summary.json and OUT/summary.md.
@@ -29,6 +37,7 @@ import os
 import pathlib
 import random
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -43,7 +52,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from netns import Topo  # noqa: E402
 from dns_bench import cpu_times, core_split, steal_jiffies, med, verdict, fmt  # noqa: E402
 
-SERVERS = ("nginx", "fp-kernel", "fp-xdp")
+SERVERS = ("nginx", "nginx-copy", "fp-kernel", "fp-xdp")
+NGINX = ("nginx", "nginx-copy")
 
 
 def log(msg):
@@ -60,6 +70,7 @@ class Bench:
         self.build = pathlib.Path(a.build)
         self.topo = None if a.loopback else Topo("fpweb")
         self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="fp-web-bench-"))
+        self.tmp.chmod(0o755)            # nginx's worker runs as nobody
         self.www = self.tmp / "www"
         self.www.mkdir()
         rnd = random.Random(3)
@@ -74,6 +85,7 @@ class Bench:
     def __exit__(self, *exc):
         if self.topo:
             self.topo.down()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def cmd(self, side, args, cpu):
         if self.topo:
@@ -82,10 +94,10 @@ class Bench:
 
     def addr(self, server):
         if not self.topo:
-            return "127.0.0.1", 8080 if server == "nginx" else 8081
+            return "127.0.0.1", 8080 if server in NGINX else 8081
         return (self.topo.fp_srv_ip if server == "fp-xdp" else self.topo.srv_ip), 80
 
-    def nginx_conf(self, ip, port):
+    def nginx_conf(self, ip, port, sendfile):
         conf = self.tmp / "nginx.conf"
         conf.write_text(f"""worker_processes 1;
 daemon off;
@@ -94,8 +106,8 @@ error_log {self.tmp}/nginx-error.log;
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
-    sendfile on;
-    tcp_nopush on;
+    sendfile {"on" if sendfile else "off"};
+    tcp_nopush off;
     keepalive_timeout 75;
     keepalive_requests 100000000;
     client_body_temp_path {self.tmp}/body;
@@ -112,8 +124,8 @@ http {{
     def start(self, server):
         ip, port = self.addr(server)
         fp = self.build / "apps" / "web" / "fp-web"
-        if server == "nginx":
-            argv = ["nginx", "-c", self.nginx_conf(ip, port), "-p", self.tmp]
+        if server in NGINX:
+            argv = ["nginx", "-c", self.nginx_conf(ip, port, server == "nginx"), "-p", self.tmp]
         elif server == "fp-kernel":
             argv = [fp, "--root", self.www, "--port", port, "--net", "kernel", "--ip", ip,
                     "--stats", "none"]
@@ -142,6 +154,24 @@ http {{
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+    def loadgen(self, ip, port, size, rates):
+        """p99 at each rate (fp-loadgen --proto http): a list of points from its JSON."""
+        js = self.tmp / "lg.json"
+        argv = [self.build / "apps" / "loadgen" / "fp-loadgen", "--server", f"{ip}:{port}",
+                "--proto", "http", "--path", f"/{size_name(size)}.bin", "--rates",
+                ",".join(str(int(r)) for r in rates), "--duration", self.a.duration,
+                "--warmup", "1", "--conns", self.a.conns, "--cores", self.a.client_cpu,
+                "--stats", "none", "--quiet", "--json", js]
+        r = subprocess.run(self.cmd("cli", argv, None), capture_output=True, text=True,
+                           timeout=(self.a.duration + 3) * len(rates) + 60)
+        if r.returncode != 0:
+            raise RuntimeError(f"fp-loadgen failed: {r.stderr[-400:]}")
+        pts = json.loads(js.read_text())["points"]
+        return [{"target_rps": p["target_rps"], "achieved_rps": p["achieved_rps"],
+                 "latency_us": p["latency_us"], "errors": p["errors"], "timeouts": p["timeouts"],
+                 "valid": p["valid"], "invalid_reasons": p.get("invalid_reasons", [])}
+                for p in pts]
 
     def wrk(self, ip, port, size):
         url = f"http://{ip}:{port}/{size_name(size)}.bin"
@@ -186,32 +216,36 @@ def run(a):
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     servers = [s for s in a.servers.split(",") if not (a.loopback and s == "fp-xdp")]
-    runs = []
-    total, done, t0 = a.rounds * len(servers), 0, time.time()
+    runs, lat = [], []
+    total = a.rounds * len(servers) * (2 if a.latency_sizes else 1)
+    done, t0 = 0, time.time()
     with Bench(a) as b:
         for rnd in range(a.rounds):
-            for server in servers:
-                done += 1
-                left = (time.time() - t0) / (done - 1) * (total - done + 1) if done > 1 else 0
-                log(f"round {rnd + 1}/{a.rounds}, {server} ({done}/{total}; about {left / 60:.0f} min left)")
-                p, ip, port = b.start(server)
-                try:
-                    for size in a.sizes:
-                        r = b.wrk(ip, port, size)
-                        r.update(round=rnd, server=server, size=size)
-                        runs.append(r)
-                        log(f"  {size_name(size)}: {r.get('rps', 0):.0f} req/s, p99 "
-                            f"{r['latency_us'].get('p99', 0):.0f} us, {r['server_cpu_us_per_req']:.1f} "
-                            f"us of server core per request")
-                finally:
-                    b.stop(p)
-                (out / "runs.json").write_text(json.dumps(runs, indent=1))
+            # wrk for every server first, so the loads below are the same for all
+            for phase in ("wrk", "loadgen") if a.latency_sizes else ("wrk",):
+                for server in servers:
+                    done += 1
+                    left = (time.time() - t0) / (done - 1) * (total - done + 1) if done > 1 else 0
+                    log(f"round {rnd + 1}/{a.rounds}, {server}, {phase} ({done}/{total}; about "
+                        f"{left / 60:.0f} min left)")
+                    p, ip, port = b.start(server)
+                    try:
+                        if phase == "wrk":
+                            wrk_all(b, a, runs, rnd, server, ip, port)
+                        else:
+                            loadgen_all(b, a, runs, lat, rnd, server, ip, port)
+                    finally:
+                        b.stop(p)
+                    (out / "runs.json").write_text(json.dumps({"wrk": runs, "loadgen": lat}, indent=1))
     meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "host": socket.gethostname(),
             "cpus": os.cpu_count(), "command": " ".join(sys.argv), "rounds": a.rounds,
             "duration_s": a.duration, "conns": a.conns}
     summary = summarise(runs, servers, a.sizes)
-    (out / "summary.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=1))
-    md = markdown(summary, servers, a.sizes, meta)
+    lsum = summarise_latency(lat, servers, a.latency_sizes, a.loads)
+    (out / "summary.json").write_text(json.dumps({"meta": meta, "summary": summary,
+                                                  "latency": lsum}, indent=1))
+    md = markdown(summary, servers, a.sizes, meta) + latency_markdown(lsum, servers,
+                                                                       a.latency_sizes, a.loads)
     (out / "summary.md").write_text(md)
     print(md)
 
@@ -227,13 +261,15 @@ def summarise(runs, servers, sizes):
                  "core": {k: med([r["server_core"][k] for r in rs]) for k in ("user", "system", "softirq")},
                  "non_2xx": sum(r["non_2xx"] for r in rs),
                  "socket_errors": sorted({r["socket_errors"] for r in rs if r["socket_errors"]})}
-            if server != "nginx":
-                for key, field in (("rps_vs_nginx", "rps"), ("cpu_vs_nginx", "server_cpu_us_per_req")):
+            if server not in NGINX:
+                for key, field, best in (("rps_vs_nginx", "rps", max),
+                                         ("cpu_vs_nginx", "server_cpu_us_per_req", min)):
                     ratios = []
                     for r in rs:
-                        base = [x for x in runs if x["size"] == size and x["server"] == "nginx" and x["round"] == r["round"]]
-                        if base and base[0].get(field) and r.get(field):
-                            ratios.append(r[field] / base[0][field])
+                        base = [x[field] for x in runs if x["size"] == size and x["server"] in NGINX
+                                and x["round"] == r["round"] and x.get(field)]
+                        if base and r.get(field):
+                            ratios.append(r[field] / best(base))
                     e[key] = med(ratios)
                 e["verdict"] = verdict(e["rps_vs_nginx"])
                 c = e["cpu_vs_nginx"]
@@ -242,11 +278,73 @@ def summarise(runs, servers, sizes):
     return s
 
 
+def wrk_all(b, a, runs, rnd, server, ip, port):
+    for size in a.sizes:
+        r = b.wrk(ip, port, size)
+        r.update(round=rnd, server=server, size=size)
+        runs.append(r)
+        log(f"  {size_name(size)}: {r.get('rps', 0):.0f} req/s, p99 "
+            f"{r['latency_us'].get('p99', 0):.0f} us, {r['server_cpu_us_per_req']:.1f} "
+            f"us of server core per request")
+
+
+def loadgen_all(b, a, runs, lat, rnd, server, ip, port):
+    for size in a.latency_sizes:
+        base = max((x.get("rps", 0) for x in runs if x["round"] == rnd and
+                    x["size"] == size and x["server"] in NGINX), default=0)
+        if not base:
+            continue
+        pts = b.loadgen(ip, port, size, [base * f for f in a.loads])
+        for f, pt in zip(a.loads, pts):
+            pt.update(fraction=f)
+        lat.append({"round": rnd, "server": server, "size": size, "points": pts})
+        log(f"  {size_name(size)} p99 at " + ", ".join(
+            f"{pt['target_rps']:.0f}/s: {pt['latency_us']['p99'] or 0:.0f} us"
+            f"{'' if pt['valid'] else ' (invalid)'}" for pt in pts))
+
+
+def summarise_latency(lat, servers, sizes, loads):
+    s = {}
+    for size in sizes:
+        for server in servers:
+            for f in loads:
+                pts = [p for r in lat if r["size"] == size and r["server"] == server
+                       for p in r["points"] if p["fraction"] == f]
+                ok = [p for p in pts if p["valid"]]
+                s[f"{size}/{server}/{f}"] = {
+                    "target_rps": med([p["target_rps"] for p in pts]),
+                    "p50_us": med([p["latency_us"]["p50"] for p in ok]),
+                    "p99_us": med([p["latency_us"]["p99"] for p in ok]),
+                    "valid": f"{len(ok)}/{len(pts)}",
+                    "invalid_reasons": sorted({x for p in pts for x in p["invalid_reasons"]})}
+    return s
+
+
+def latency_markdown(s, servers, sizes, loads):
+    if not sizes:
+        return ""
+    lines = ["", "p99 against load (fp-loadgen --proto http, Poisson, latency from the scheduled "
+             "send; the rates are fractions of the round's faster nginx under wrk):", "",
+             "| file | server | " + " | ".join(f"p99 us at {f:g}x [valid]" for f in loads) + " |",
+             "|---|---|" + "---|" * len(loads)]
+    for size in sizes:
+        for server in servers:
+            cells = []
+            for f in loads:
+                e = s[f"{size}/{server}/{f}"]
+                cells.append(f"{fmt(e['p99_us'])} at {fmt(e['target_rps'], 1e-3, 0)}k [{e['valid']}]")
+            lines.append(f"| {size_name(size)} | {server} | " + " | ".join(cells) + " |")
+    reasons = sorted({r for e in s.values() for r in e["invalid_reasons"]})
+    if reasons:
+        lines += ["", "Invalid points' reasons: " + "; ".join(reasons)]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(s, servers, sizes, meta):
     lines = [f"fp-web vs nginx, {meta['date']}, {meta['host']} ({meta['cpus']} CPUs), "
              f"{meta['rounds']} interleaved rounds, wrk -t1 -c{meta['conns']} "
              f"{meta['duration_s']} s per run: `{meta['command']}`", "",
-             "| file | server | req/s (k) | vs nginx | p99 us (closed loop) | server core us/req | vs nginx | core busy: user/sys/softirq |",
+             "| file | server | req/s (k) | vs the faster nginx | p99 us (closed loop) | server core us/req | vs the cheaper nginx | core busy: user/sys/softirq |",
              "|---|---|---|---|---|---|---|---|"]
     for size in sizes:
         for server in servers:
@@ -274,12 +372,20 @@ def main():
     ap.add_argument("--servers", default=",".join(SERVERS))
     ap.add_argument("--conns", type=int, default=64, help="wrk -c (64)")
     ap.add_argument("--duration", type=int, default=5, help="seconds per run (5)")
+    ap.add_argument("--latency-sizes", default="100,4096",
+                    help="file sizes measured for p99 against load (100,4096; '' for none)")
+    ap.add_argument("--loads", default="0.1,0.5,0.9",
+                    help="fp-loadgen rates, fractions of the faster nginx under wrk")
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--client-cpu", type=int, default=1)
     ap.add_argument("--loopback", action="store_true", help="no root: 127.0.0.1, no AF_XDP")
     ap.add_argument("--out", default=str(ROOT / "results" / "web"))
     a = ap.parse_args()
     a.sizes = [int(x) for x in a.sizes.split(",")]
+    a.latency_sizes = [int(x) for x in a.latency_sizes.split(",") if x]
+    a.loads = [float(x) for x in a.loads.split(",")]
+    if not set(a.latency_sizes) <= set(a.sizes):
+        ap.error("--latency-sizes must be among --sizes (their nginx rate sets the loads)")
     if not a.loopback and os.geteuid() != 0:
         ap.error("the namespace topology needs root; --loopback runs without it")
     try:

@@ -172,7 +172,7 @@ double lg_pattern_rate(const struct lg_pattern *p, double t_s);
  * >= 0 (0 is accepted: callers that need a positive rate check). 0 or -EINVAL. */
 int lg_parse_rate(const char *s, double *out);
 
-/* ---- protocols (proto_echo.c, proto_memcache.c, proto_spin.c) ---- */
+/* ---- protocols (proto_echo.c, proto_memcache.c, proto_spin.c, proto_http.c) ---- */
 
 enum lg_op { LG_OP_GET, LG_OP_SET, LG_OP_ECHO, LG_OP_SPIN };
 
@@ -211,7 +211,12 @@ struct lg_proto_config {
 				 * UINT32_MAX) */
 	/* spin */
 	struct lg_dist service; /* service time in ns (name[0] == 0: exp, mean 10 us) */
+	/* http */
+	const char *path;       /* the path every GET asks for (NULL: "/") */
+	const char *host;       /* the Host header's value (the server's address) */
 };
+
+#define LG_HTTP_PATH_MAX 1024u
 
 struct lg_proto;
 
@@ -245,7 +250,11 @@ struct lg_proto_ops {
 	void (*describe)(const struct lg_proto *p, char *buf, size_t len);
 };
 
-extern const struct lg_proto_ops lg_proto_echo, lg_proto_memcache, lg_proto_spin;
+extern const struct lg_proto_ops lg_proto_echo, lg_proto_memcache, lg_proto_spin, lg_proto_http;
+
+/* One HTTP/1.x response at the head of @data (proto_http.c; pure, for the unit tests and
+ * the fuzzer): its length, 0 for "more", -EBADMSG when it cannot be framed. */
+long lg_http_parse(const uint8_t *data, size_t len, enum lg_status *status);
 
 /* The ops named @name, or NULL. */
 const struct lg_proto_ops *lg_proto_find(const char *name);

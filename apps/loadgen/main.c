@@ -26,6 +26,7 @@ enum {
 	OPT_WORKLOAD = 300, OPT_KEYSIZE, OPT_VALUESIZE, OPT_GET_RATIO, OPT_RECORDS, OPT_SIZE,
 	OPT_SERVICE, OPT_ARRIVAL, OPT_RATES, OPT_SWEEP, OPT_PATTERN, OPT_WINDOW, OPT_CLOSED,
 	OPT_DEPTH, OPT_TIMEOUT, OPT_PRELOAD, OPT_NO_PRELOAD, OPT_MAX_SLIP, OPT_BACKLOG, OPT_SLO,
+	OPT_PATH,
 };
 
 static const struct option lg_opts[] = {
@@ -37,6 +38,7 @@ static const struct option lg_opts[] = {
 	{ "get-ratio", required_argument, NULL, OPT_GET_RATIO },
 	{ "records", required_argument, NULL, OPT_RECORDS },
 	{ "size", required_argument, NULL, OPT_SIZE },
+	{ "path", required_argument, NULL, OPT_PATH },
 	{ "service", required_argument, NULL, OPT_SERVICE },
 	{ "arrival", required_argument, NULL, OPT_ARRIVAL },
 	{ "rate", required_argument, NULL, OPT_RATE },
@@ -66,8 +68,9 @@ static const char usage[] =
 	"                  --pattern P | --closed K) [options] [runtime options]\n"
 	"An open-loop load generator: requests leave on an arrival process's schedule, and\n"
 	"latency counts from the scheduled time (see apps/loadgen/README.md).\n"
-	"  --server A.B.C.D[:PORT] the server (port default: memcache 11211, echo and spin 7)\n"
-	"  --proto P             echo, memcache or spin (default memcache)\n"
+	"  --server A.B.C.D[:PORT] the server (port default: memcache 11211, echo and spin 7,\n"
+	"                        http 80)\n"
+	"  --proto P             echo, memcache, spin or http (default memcache)\n"
 	"  --workload W          memcache: usr or etc, as mutilate defines them (default usr),\n"
 	"                        or custom (--keysize and --valuesize; all GET by default)\n"
 	"  --keysize D           memcache: key size distribution (overrides the workload's)\n"
@@ -75,6 +78,7 @@ static const char usage[] =
 	"  --get-ratio F         memcache: fraction of GETs, 0..1 (overrides the workload's)\n"
 	"  --records N           memcache: keys 0..N-1 (default 10000)\n"
 	"  --size BYTES          echo: message size (default 64); spin: request size (16)\n"
+	"  --path PATH           http: the path every GET asks for (default /)\n"
 	"  --service D           spin: service time, KIND:MEAN with KIND fixed, exp, bimodal1,\n"
 	"                        bimodal2 (ZygOS), e.g. exp:10us; or any distribution (us)\n"
 	"  --arrival A           poisson, fixed or trace:FILE (gaps in us; default poisson)\n"
@@ -293,6 +297,9 @@ static void take_proto_opt(struct lg_args *a, int c, const char *val)
 	case OPT_SERVICE:
 		parse_service(cfg, val);
 		break;
+	case OPT_PATH:
+		cfg->proto.path = val;
+		break;
 	}
 }
 
@@ -418,13 +425,15 @@ static void finish_config(struct lg_args *a)
 	if (!c->server_addr)
 		usage_error("--server A.B.C.D[:PORT] is required");
 	if (!(c->ops = lg_proto_find(a->proto)))
-		usage_error("--proto: '%s' is not echo, memcache or spin", a->proto);
+		usage_error("--proto: '%s' is not echo, memcache, spin or http", a->proto);
 	c->proto.name = c->ops->name;
 	if (!c->server_port)
-		c->server_port = !strcmp(c->ops->name, "memcache") ? 11211 : 7;
+		c->server_port = !strcmp(c->ops->name, "memcache") ? 11211 :
+				 !strcmp(c->ops->name, "http") ? 80 : 7;
 	snprintf(c->server, sizeof(c->server), "%u.%u.%u.%u:%u", c->server_addr >> 24,
 		 (c->server_addr >> 16) & 255, (c->server_addr >> 8) & 255, c->server_addr & 255,
 		 c->server_port);
+	c->proto.host = c->server;
 	if (!a->schedules)
 		usage_error("give the load: --rate, --rates, --sweep, --pattern or --closed");
 	if (a->window_set && !c->pattern_spec)

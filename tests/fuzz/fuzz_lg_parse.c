@@ -1,4 +1,4 @@
-/* fuzz_lg_parse.c: fp-loadgen's response parsers (echo, memcache, spin) on arbitrary bytes, whole and in two pieces. */
+/* fuzz_lg_parse.c: fp-loadgen's response parsers (echo, memcache, spin, http) on arbitrary bytes, whole and in two pieces. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,17 +19,18 @@
  */
 #define HDR 10
 
-static const struct lg_proto_ops *const protos[] = { &lg_proto_echo, &lg_proto_memcache, &lg_proto_spin };
-static struct lg_proto *states[3];
+static const struct lg_proto_ops *const protos[] = { &lg_proto_echo, &lg_proto_memcache,
+						     &lg_proto_spin, &lg_proto_http };
+static struct lg_proto *states[4];
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 
 static void setup(void)
 {
-	static const char *const names[] = { "echo", "memcache", "spin" };
+	static const char *const names[] = { "echo", "memcache", "spin", "http" };
 	char err[128];
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		struct lg_proto_config cfg = { .name = names[i] };
 		states[i] = protos[i]->create(&cfg, err, sizeof(err));
 		if (!states[i]) {
@@ -90,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		return 0;
 	if (!states[0])
 		setup();
-	int proto = d[0] % 3;
+	int proto = d[0] % 4;
 	struct lg_req req = make_req(proto, d);
 	const uint8_t *data = d + HDR;
 	size_t len = n - HDR, cut = ((size_t)d[8] | (size_t)d[9] << 8) % (len + 1);

@@ -8,6 +8,7 @@ refused and their contents never appear.
 """
 import hashlib
 import http.client
+import json
 import os
 import random
 import signal
@@ -218,6 +219,21 @@ def test_client_that_does_not_read(server, site):
         st, h, body = read_response(f)
         assert st == 200 and body == want
     s.close()
+
+
+def test_loadgen_http(build_dir, server, tmp_path):
+    """fp-loadgen's http protocol against fp-web: every answer framed and counted; a 404
+    is an error, not a lost response."""
+    lg = build_dir / "apps" / "loadgen" / "fp-loadgen"
+    for path, ok in [("/4k.bin", True), ("/nothing", False)]:
+        out = tmp_path / "lg.json"
+        r = run([lg, "--server", f"{HOST}:{server}", "--proto", "http", "--path", path,
+                 "--rates", "500,2k", "--duration", "1", "--warmup", "0.2", "--conns", "8",
+                 "--depth", "2", "--stats", "none", "--quiet", "--json", out], timeout=60)
+        assert r.returncode == 0, r.stderr
+        for pt in json.loads(out.read_text())["points"]:
+            assert pt["completed"] > 0 and pt["timeouts"] == 0 and pt["reconnects"] == 0
+            assert pt["errors"] == (0 if ok else pt["completed"]), pt
 
 
 def test_command_line(build_dir, site, tmp_path):

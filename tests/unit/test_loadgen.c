@@ -812,7 +812,49 @@ static void test_proto_find(void **state)
 	assert_ptr_equal(lg_proto_find("echo"), &lg_proto_echo);
 	assert_ptr_equal(lg_proto_find("memcache"), &lg_proto_memcache);
 	assert_ptr_equal(lg_proto_find("spin"), &lg_proto_spin);
-	assert_null(lg_proto_find("http"));
+	assert_ptr_equal(lg_proto_find("http"), &lg_proto_http);
+	assert_null(lg_proto_find("gopher"));
+}
+
+static void test_http(void **state)
+{
+	struct lg_proto_config cfg = { .name = "http", .path = "/4k.bin", .host = "10.0.0.1:80" };
+	struct lg_proto *p = proto_new(&lg_proto_http, &cfg);
+	const struct lg_proto_ops *ops = &lg_proto_http;
+	uint8_t buf[256];
+	struct lg_req req = { 0 };
+	enum lg_status st;
+	(void)state;
+
+	assert_int_equal(ops->encode(p, &rng, buf, sizeof(buf), &req), ops->max_request(p));
+	assert_memory_equal(buf, "GET /4k.bin HTTP/1.1\r\nHost: 10.0.0.1:80\r\n\r\n", 42);
+	static const char ok[] = "HTTP/1.1 200 OK\r\ncontent-length:  5 \r\nX: y\r\n\r\nhello"
+				 "HTTP/1.1 304 Not Modified\r\nETag: \"e\"\r\n\r\n";
+	size_t first = strlen(ok) - strlen(strstr(ok, "HTTP/1.1 304"));
+	for (size_t n = 0; n < first; n++)       /* every prefix: more, never a verdict */
+		assert_int_equal(parse_exact(ops, p, &req, (const uint8_t *)ok, n, &st), 0);
+	assert_int_equal(parse_exact(ops, p, &req, (const uint8_t *)ok, strlen(ok), &st), first);
+	assert_int_equal(st, LG_RESP_OK);
+	assert_int_equal(parse_exact(ops, p, &req, (const uint8_t *)ok + first, strlen(ok) - first,
+				     &st), strlen(ok) - first);             /* 304: no body */
+	static const char *const bad[] = {
+		"HTTP/1.1 200 OK\r\n\r\n",                              /* no length */
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length:\r\n\r\n12",
+		"SMTP 220 hello\r\n\r\n",
+	};
+	for (size_t i = 0; i < FP_ARRAY_SIZE(bad); i++)
+		assert_int_equal(parse_exact(ops, p, &req, (const uint8_t *)bad[i], strlen(bad[i]), &st),
+				 -EBADMSG);
+	const char *nf = "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno";
+	assert_int_equal(parse_exact(ops, p, &req, (const uint8_t *)nf, strlen(nf), &st), strlen(nf));
+	assert_int_equal(st, LG_RESP_ERROR);
+	char why[128];
+	struct lg_proto_config badpath = { .name = "http", .path = "no-slash" };
+	assert_null(ops->create(&badpath, why, sizeof(why)));
+	assert_non_null(strstr(why, "must start with '/'"));
+	ops->destroy(p);
 }
 
 static void test_echo(void **state)
@@ -1347,6 +1389,7 @@ int main(void)
 		cmocka_unit_test(test_proto_find),
 		cmocka_unit_test(test_echo),
 		cmocka_unit_test(test_spin),
+		cmocka_unit_test(test_http),
 		cmocka_unit_test(test_memcache_usr),
 		cmocka_unit_test(test_memcache_etc),
 		cmocka_unit_test(test_memcache_mutilate_keys),

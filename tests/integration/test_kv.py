@@ -690,8 +690,13 @@ def test_lru_crawler_as_memcached(fpkv, memcached):
     assert len(got[0]) == 3 and not any(b"gone" in x or b"del" in x for x in got[0])
     assert got[3] == want[3], list(zip(CRAWLER_CMDS, got[3], want[3]))
     assert got[4] == want[4] == "yes"
-    assert len(got[5]) == len(want[5]) == 40003
+    assert len(got[5]) == 40003
     assert len(set(got[5])) == 40003       # nothing twice across the resumptions
+    # memcached's crawler, the reference for the lines' form, is not one for the count: in
+    # one CI run its dump of the same 40,003 items listed 40,002 (an item that moves in its
+    # LRU while the crawler walks can be passed over). What it lists, fp-kv lists too.
+    assert 40003 - 10 <= len(want[5]) <= 40003
+    assert {x.split()[0] for x in want[5]} <= {x.split()[0] for x in got[5]}
 
 
 def expiry_reuse(srv):

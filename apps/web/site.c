@@ -422,7 +422,7 @@ static bool not_modified(const struct entry *e, const struct web_req *r)
 void web_respond(const struct web_site *s, const struct web_req *r, int status,
 		 const char *date, char *scratch, struct web_resp *o)
 {
-	char path[WEB_MAX_TARGET + 16];
+	char path[WEB_MAX_TARGET + 32];   /* the path, and room to append "/index.html" */
 	bool head = r->method == WEB_HEAD, ka10 = r->keep_alive && r->minor == 0;
 	const struct entry *e;
 
@@ -433,7 +433,7 @@ void web_respond(const struct web_site *s, const struct web_req *r, int status,
 		return;
 	}
 	bool close = !r->keep_alive;
-	if (web_path(r->target, r->target_len, path, sizeof(path))) {
+	if (web_path(r->target, r->target_len, path, sizeof(path) - 16)) {
 		error_resp(o, 400, true, head, ka10, NULL, date, scratch);
 		return;
 	}

@@ -186,6 +186,7 @@ class Bench:
             if r.get("completed"):
                 return p, ip, port
             time.sleep(0.2)
+        self.stop(p)                     # not left running behind the error
         raise RuntimeError(f"{server} did not answer within 60 s")
 
     def stop(self, p):

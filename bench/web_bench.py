@@ -27,7 +27,8 @@ at --loads, fractions of the round's faster nginx under wrk (the same rates for 
 server; nginx runs first in each round). Each figure is the median over rounds with its
 min-max; a ratio against nginx is computed within a round and called a win or a loss
 only when its whole range is on one side of 1, else "within noise".
-Writes OUT/runs.json, OUT/summary.json and OUT/summary.md.
+Writes OUT/runs.json, OUT/summary.json, OUT/summary.md and OUT/web.png (p99 against the
+achieved rate, per size, invalid points hollow).
 
 Without root (--loopback): nginx and fp-kernel on 127.0.0.1, no namespaces, no AF_XDP.
 """
@@ -144,6 +145,7 @@ http {{
             if r.returncode == 0:
                 return p, ip, port
             time.sleep(0.2)
+        self.stop(p)                     # not left running behind the error
         raise RuntimeError(f"{server} did not answer within 60 s")
 
     def stop(self, p):
@@ -247,6 +249,7 @@ def run(a):
     md = markdown(summary, servers, a.sizes, meta) + latency_markdown(lsum, servers,
                                                                        a.latency_sizes, a.loads)
     (out / "summary.md").write_text(md)
+    plot(lat, servers, a.latency_sizes, out / "web.png")
     print(md)
 
 
@@ -338,6 +341,35 @@ def latency_markdown(s, servers, sizes, loads):
     if reasons:
         lines += ["", "Invalid points' reasons: " + "; ".join(reasons)]
     return "\n".join(lines) + "\n"
+
+
+def plot(lat, servers, sizes, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    if not sizes:
+        return
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        for k, server in enumerate(servers):
+            pts = [p for r in lat if r["size"] == size and r["server"] == server for p in r["points"]
+                   if p["latency_us"]["p99"]]
+            color = f"C{k}"
+            for valid in (True, False):
+                sel = [p for p in pts if p["valid"] == valid]
+                ax.scatter([p["achieved_rps"] / 1e3 for p in sel], [p["latency_us"]["p99"] for p in sel],
+                           s=14, label=server if valid else None, edgecolors=color,
+                           facecolors=color if valid else "none")
+        ax.set_title(f"{size_name(size)} files (fp-loadgen, open loop)")
+        ax.set_xlabel("achieved k req/s")
+        ax.set_ylabel("p99 latency (us)")
+        ax.set_yscale("log")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 def markdown(s, servers, sizes, meta):

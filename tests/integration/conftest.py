@@ -2,6 +2,7 @@
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 
 import pytest
@@ -20,6 +21,24 @@ def build_dir():
     if not (d / "build.ninja").exists():
         pytest.fail(f"no release build at {d}: run ./flowplane build first")
     return d
+
+
+def free_port(host="127.0.0.1"):
+    """A port free on @host for both TCP and UDP (a server that binds both gets it)."""
+    for _ in range(50):
+        t = socket.socket()
+        t.bind((host, 0))
+        port = t.getsockname()[1]
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.bind((host, port))
+            return port
+        except OSError:
+            continue
+        finally:
+            t.close()
+            u.close()
+    raise AssertionError("no free port")
 
 
 def run(args, **kw):

@@ -23,7 +23,7 @@ import dns.query
 import dns.rcode
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, free_port, run
 import dnsask
 
 HOST = "127.0.0.1"
@@ -66,23 +66,6 @@ QUESTIONS = [
     ["ns.sub.example.com", "A"], ["ns1.example.com", "A"], ["ns2.example.com", "AAAA"],
     ["example.org", "A"], ["com", "NS"], ["mid.example.com", "TXT"],
 ]
-
-
-def free_port():
-    for _ in range(50):
-        t = socket.socket()
-        t.bind((HOST, 0))
-        port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind((HOST, port))
-            return port
-        except OSError:
-            continue
-        finally:
-            t.close()
-            u.close()
-    raise AssertionError("no free port")
 
 
 def txt(n):

@@ -19,28 +19,10 @@ import time
 
 import pytest
 
-from conftest import run
+from conftest import free_port, run
 
 HOST = "127.0.0.1"
 SERVER_CORE, CLIENT_CORE = "0", ("1" if (os.cpu_count() or 1) > 1 else "0")
-
-
-def free_port():
-    """A port free for both TCP and UDP on 127.0.0.1."""
-    for _ in range(50):
-        t = socket.socket()
-        t.bind((HOST, 0))
-        port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind((HOST, port))
-            return port
-        except OSError:
-            continue
-        finally:
-            t.close()
-            u.close()
-    raise AssertionError("no free port")
 
 
 def exe(build_dir):

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import free_port, ROOT, run
 
 sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo  # noqa: E402
@@ -45,12 +45,6 @@ POINT_KEYS = {"target_rps", "offered_rps", "achieved_rps", "duration_s", "schedu
               "latency_us", "p99_ci_us", "slip_us", "ks", "checks", "valid", "invalid_reasons",
               "partial", "t_start_s", "client_loop_gaps", "client_loop_gap_us",
               "client_stalls"}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def lg_exe(build_dir):

@@ -19,18 +19,10 @@ import time
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, free_port, run
 
 HOST = "127.0.0.1"
 SIZES = {"100.bin": 100, "4k.bin": 4096, "64k.bin": 65536, "1m.bin": 1 << 20}
-
-
-def free_port():
-    s = socket.socket()
-    s.bind((HOST, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @pytest.fixture(scope="module")

@@ -25,11 +25,23 @@
  */
 
 #define DNS_DEFAULT_PORT 53
+#define DNS_TCP_IDLE_S   10         /* RFC 7766 §6.2.3: seconds, as Knot's default */
+#define DNS_TICK_US      1000000
 #define DNS_TCP_ROOM     (DNS_MSG_MAX + 2u)   /* the largest answer with its length */
 #define OPT_RT_BASE      FP_RT_OPT_BASE
 
+struct dns_conn {
+	uint64_t last_us;            /* the last bytes from the client */
+	struct fp_evl_conn *c;
+	struct dns_conn *next, **pprev;
+};
+
 struct dns_worker {
 	struct dns_counters cnt;
+	struct fp_evl *evl;
+	struct dns_conn *conns;      /* TCP connections, freed at the end (evl resets them) */
+	struct fp_timer tick;        /* once a second: close idle TCP connections */
+	unsigned tcp_idle_s;
 	uint8_t out[DNS_MSG_MAX + 2];
 };
 
@@ -37,6 +49,7 @@ struct dns_main {
 	struct fp_rt_config rt;
 	const char *zone, *origin;
 	uint16_t port, edns_max;
+	unsigned tcp_idle_s;         /* 0: never */
 	bool check;
 	struct dns_db *db;
 	struct dns_worker *ws[FP_RT_MAX_WORKERS];
@@ -54,6 +67,7 @@ static const char usage[] =
 	"                        be absolute until a $ORIGIN)\n"
 	"  -p, --port P          UDP and TCP port (53; below 1024 needs root on --net kernel)\n"
 	"      --edns-size N     largest UDP answer to an EDNS0 client (1232; 512..4096)\n"
+	"      --tcp-timeout S   close a TCP connection idle this long (10; 0: never)\n"
 	"      --check           load the zone, print what it holds, and exit (0 if it loads)\n"
 	"  -h, --help            this text\n"
 	"\n"
@@ -64,6 +78,7 @@ static const struct option own_opts[] = {
 	{ "origin", required_argument, NULL, 'o' },
 	{ "port", required_argument, NULL, 'p' },
 	{ "edns-size", required_argument, NULL, 'E' },
+	{ "tcp-timeout", required_argument, NULL, 'T' },
 	{ "check", no_argument, NULL, 'C' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0, 0, 0, 0 },
@@ -111,6 +126,7 @@ static void parse(struct dns_main *m, int argc, char **argv)
 		case 'o': m->origin = optarg; break;
 		case 'p': m->port = (uint16_t)parse_num("--port", optarg, 1, 65535); break;
 		case 'E': m->edns_max = (uint16_t)parse_num("--edns-size", optarg, 512, 4096); break;
+		case 'T': m->tcp_idle_s = (unsigned)parse_num("--tcp-timeout", optarg, 0, 86400); break;
 		case 'C': m->check = true; break;
 		case 'h':
 			fputs(usage, stdout);
@@ -226,13 +242,54 @@ static struct dns_worker *worker_of(struct fp_evl *evl)
 	return main_of(evl)->ws[fp_ctx_worker(fp_evl_ctx(evl))];
 }
 
+static void conn_link(struct dns_worker *wk, struct dns_conn *dc)
+{
+	if ((dc->next = wk->conns))
+		wk->conns->pprev = &dc->next;
+	wk->conns = dc;
+	dc->pprev = &wk->conns;
+}
+
+static void conn_unlink(struct dns_conn *dc)
+{
+	if ((*dc->pprev = dc->next))
+		dc->next->pprev = dc->pprev;
+}
+
+/* Once a second: a TCP connection whose client has sent nothing for tcp_idle_s, with
+ * nothing of ours still leaving, is closed (RFC 7766 §6.2.3), so idle clients do not
+ * hold the stack's connections. */
+static void dns_tick(struct fp_timer *t, uint64_t now_us)
+{
+	struct dns_worker *wk = fp_container_of(t, struct dns_worker, tick);
+	uint64_t idle_us = (uint64_t)wk->tcp_idle_s * 1000000u;
+	struct dns_conn *dc, *next;
+
+	for (dc = wk->conns; dc; dc = next) {
+		next = dc->next;
+		if (now_us - dc->last_us < idle_us || fp_evl_pending(dc->c))
+			continue;
+		fp_evl_close(dc->c);
+		conn_unlink(dc);
+		free(dc);
+	}
+	fp_ctx_timer_add(fp_evl_ctx(wk->evl), &wk->tick, now_us + DNS_TICK_US);
+}
+
 static int dns_init(struct fp_evl *evl, void *arg)
 {
 	struct dns_main *m = arg;
 	unsigned w = fp_ctx_worker(fp_evl_ctx(evl));
+	struct dns_worker *wk;
 
-	if (!(m->ws[w] = calloc(1, sizeof(*m->ws[w]))))
+	if (!(wk = m->ws[w] = calloc(1, sizeof(*m->ws[w]))))
 		return -ENOMEM;
+	wk->evl = evl;
+	wk->tcp_idle_s = m->tcp_idle_s;
+	if (wk->tcp_idle_s) {
+		fp_timer_init(&wk->tick, dns_tick);
+		fp_ctx_timer_add(fp_evl_ctx(evl), &wk->tick, fp_ctx_now_us(fp_evl_ctx(evl)) + DNS_TICK_US);
+	}
 	fp_evl_set_user(evl, m);
 	fp_evl_udp_bind(evl, m->port);
 	fp_evl_listen(evl, m->port, NULL);
@@ -251,8 +308,40 @@ static void dns_udp(struct fp_evl *evl, uint16_t lport, uint32_t raddr, uint16_t
 
 static void *dns_accept(struct fp_evl_conn *c, void *larg)
 {
+	struct fp_evl *evl = fp_evl_of(c);
+	struct dns_conn *dc = calloc(1, sizeof(*dc));
+
 	(void)larg;
-	return fp_evl_of(c);       /* no state per connection: the bytes are the state */
+	if (!dc)
+		return NULL;                 /* refused: closed by evl */
+	dc->c = c;
+	dc->last_us = fp_ctx_now_us(fp_evl_ctx(evl));
+	conn_link(worker_of(evl), dc);
+	return dc;
+}
+
+static void dns_fini(struct fp_evl *evl)
+{
+	struct dns_worker *wk = worker_of(evl);
+
+	if (wk->tcp_idle_s)
+		fp_ctx_timer_cancel(fp_evl_ctx(evl), &wk->tick);
+	while (wk->conns) {
+		struct dns_conn *dc = wk->conns;
+		conn_unlink(dc);
+		free(dc);
+	}
+}
+
+/* Flow-group migration: the connection joins the new worker's list. */
+static void dns_leaving(struct fp_evl_conn *c)
+{
+	conn_unlink(fp_evl_conn_user(c));
+}
+
+static void dns_arrived(struct fp_evl_conn *c)
+{
+	conn_link(worker_of(fp_evl_of(c)), fp_evl_conn_user(c));
 }
 
 /* Messages behind their lengths; a length under a header's cannot be answered, and the
@@ -261,9 +350,11 @@ static size_t dns_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 {
 	struct fp_evl *evl = fp_evl_of(c);
 	struct dns_worker *wk = worker_of(evl);
+	struct dns_conn *dc = fp_evl_conn_user(c);
 	size_t used = 0;
 	uint64_t ops = 0, errs = 0;
 
+	dc->last_us = fp_ctx_now_us(fp_evl_ctx(evl));
 	while (len - used >= 2) {
 		size_t mlen = (size_t)data[used] << 8 | data[used + 1];
 		if (mlen < DNS_HDR_LEN) {
@@ -271,8 +362,10 @@ static size_t dns_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 			wk->cnt.dropped++;
 			errs++;
 			fp_evl_close(c);
-			used = len;
-			break;
+			conn_unlink(dc);
+			free(dc);
+			fp_ctx_count(fp_evl_ctx(evl), ops, errs);
+			return len;
 		}
 		if (len - used < 2 + mlen || fp_evl_room(c) < DNS_TCP_ROOM)
 			break;                       /* more to come, or wait for the output */
@@ -298,8 +391,11 @@ static size_t dns_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 
 static void dns_closed(struct fp_evl_conn *c, int status)
 {
-	(void)c;
+	struct dns_conn *dc = fp_evl_conn_user(c);
+
 	(void)status;
+	conn_unlink(dc);
+	free(dc);
 }
 
 static void print_counters(const struct dns_main *m)
@@ -340,10 +436,10 @@ int main(int argc, char **argv)
 	static struct dns_main m;
 	struct fp_evl_ops ops = {
 		.accept = dns_accept, .read = dns_read, .closed = dns_closed,
-		.udp_recv = dns_udp, .init = dns_init,
+		.udp_recv = dns_udp, .init = dns_init, .fini = dns_fini,
+		.leaving = dns_leaving, .arrived = dns_arrived,
 		.max_unread = DNS_TCP_ROOM,          /* a message is answered when it is whole */
-		.movable = true,                     /* nothing per connection or per worker
-						      * that a connection needs */
+		.movable = true,                     /* its state follows it (leaving/arrived) */
 	};
 	struct fp_app app;
 	int rc;
@@ -351,6 +447,7 @@ int main(int argc, char **argv)
 	fp_rt_config_init(&m.rt);
 	m.port = DNS_DEFAULT_PORT;
 	m.edns_max = DNS_EDNS_DEFAULT;
+	m.tcp_idle_s = DNS_TCP_IDLE_S;
 	parse(&m, argc, argv);
 	if (load(&m))
 		return 1;

@@ -24,6 +24,8 @@
  */
 
 #define WEB_DEFAULT_PORT      80
+#define WEB_DEFAULT_KEEPALIVE 75      /* s, as nginx's keepalive_timeout */
+#define WEB_TICK_US           1000000
 #define WEB_DEFAULT_MAX_BYTES (1024ull << 20)
 #define OPT_RT_BASE           FP_RT_OPT_BASE
 
@@ -31,6 +33,7 @@ struct web_main {
 	struct fp_rt_config rt;
 	const char *root;
 	uint16_t port;
+	unsigned keepalive_s;        /* an idle connection is closed after this (0: never) */
 	size_t max_bytes;
 	bool check;
 	struct web_site *site;
@@ -42,6 +45,8 @@ struct web_conn;
 struct web_worker {
 	struct web_main *m;
 	struct web_conn *conns;      /* live ones, freed at fini (evl resets them silently) */
+	struct fp_evl *evl;
+	struct fp_timer tick;        /* once a second: close idle connections */
 	time_t date_at;
 	char date[WEB_DATE_LEN + 1];
 	char scratch[WEB_SCRATCH];
@@ -51,6 +56,8 @@ struct web_conn {
 	size_t scanned;              /* web_parse's resume point for the request at the head */
 	size_t skip;                 /* body bytes still to skip */
 	bool blocked;                /* waiting for output room */
+	uint64_t last_us;            /* the last bytes from the client */
+	struct fp_evl_conn *c;
 	struct web_conn *next, **pprev;
 };
 
@@ -66,6 +73,8 @@ static const char usage[] =
 	"  -r, --root DIR        the directory served (required); nothing outside it is read\n"
 	"  -p, --port P          TCP port (80; below 1024 needs root on --net kernel)\n"
 	"      --max-bytes N     files read at start, in all (1g; k, m, g suffixes)\n"
+	"      --keepalive-timeout S  close a connection idle this long between requests\n"
+	"                        (75, as nginx; 0: never)\n"
 	"      --check           read the root, print what it holds, and exit\n"
 	"  -h, --help            this text\n"
 	"\n"
@@ -75,6 +84,7 @@ static const struct option own_opts[] = {
 	{ "root", required_argument, NULL, 'r' },
 	{ "port", required_argument, NULL, 'p' },
 	{ "max-bytes", required_argument, NULL, 'M' },
+	{ "keepalive-timeout", required_argument, NULL, 'K' },
 	{ "check", no_argument, NULL, 'C' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0, 0, 0, 0 },
@@ -128,6 +138,11 @@ static void parse(struct web_main *m, int argc, char **argv)
 		case 'r': m->root = optarg; break;
 		case 'p': m->port = (uint16_t)parse_size("--port", optarg, 1, 65535); break;
 		case 'M': m->max_bytes = parse_size("--max-bytes", optarg, 1, 1ull << 40); break;
+		case 'K':
+			if (strpbrk(optarg, "kKmMgG"))
+				usage_error("--keepalive-timeout '%s': want seconds, 0 to 86400", optarg);
+			m->keepalive_s = (unsigned)parse_size("--keepalive-timeout", optarg, 0, 86400);
+			break;
 		case 'C': m->check = true; break;
 		case 'h':
 			fputs(usage, stdout);
@@ -170,6 +185,28 @@ static const char *today(struct web_worker *wk)
 	return wk->date;
 }
 
+/*
+ * Once a second: a connection whose client has sent nothing for keepalive_s, with no
+ * response of ours still leaving and none waiting for room, is closed (nginx's
+ * keepalive_timeout): idle keep-alive connections do not hold the stack's connections
+ * and buffers forever. A client in the middle of a slow download is not idle.
+ */
+static void web_tick(struct fp_timer *t, uint64_t now_us)
+{
+	struct web_worker *wk = fp_container_of(t, struct web_worker, tick);
+	uint64_t idle_us = (uint64_t)wk->m->keepalive_s * 1000000u;
+	struct web_conn *wc, *next;
+
+	for (wc = wk->conns; wc; wc = next) {
+		next = wc->next;
+		if (now_us - wc->last_us < idle_us || wc->blocked || fp_evl_pending(wc->c))
+			continue;
+		fp_evl_close(wc->c);
+		conn_free(wc);
+	}
+	fp_ctx_timer_add(fp_evl_ctx(wk->evl), &wk->tick, now_us + WEB_TICK_US);
+}
+
 static int web_init(struct fp_evl *evl, void *arg)
 {
 	struct web_main *m = arg;
@@ -178,8 +215,13 @@ static int web_init(struct fp_evl *evl, void *arg)
 	if (!wk)
 		return -ENOMEM;
 	wk->m = m;
+	wk->evl = evl;
 	fp_evl_set_user(evl, wk);
 	fp_evl_listen(evl, m->port, NULL);
+	if (m->keepalive_s) {
+		fp_timer_init(&wk->tick, web_tick);
+		fp_ctx_timer_add(fp_evl_ctx(evl), &wk->tick, fp_ctx_now_us(fp_evl_ctx(evl)) + WEB_TICK_US);
+	}
 	return 0;
 }
 
@@ -194,6 +236,8 @@ static void web_fini(struct fp_evl *evl)
 {
 	struct web_worker *wk = fp_evl_user(evl);
 
+	if (wk->m->keepalive_s)
+		fp_ctx_timer_cancel(fp_evl_ctx(evl), &wk->tick);
 	while (wk->conns)
 		conn_free(wk->conns);
 	free(wk);
@@ -208,6 +252,8 @@ static void *web_accept(struct fp_evl_conn *c, void *larg)
 	(void)larg;
 	if (!wc)
 		return NULL;                         /* refused: closed by evl */
+	wc->c = c;
+	wc->last_us = fp_ctx_now_us(fp_evl_ctx(fp_evl_of(c)));
 	if ((wc->next = wk->conns))
 		wk->conns->pprev = &wc->next;
 	wk->conns = wc;
@@ -236,6 +282,7 @@ static size_t web_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 	uint64_t ops = 0, errs = 0;
 
 	wc->blocked = false;
+	wc->last_us = fp_ctx_now_us(fp_evl_ctx(evl));
 	while (used < len) {
 		if (wc->skip) {
 			size_t k = wc->skip < len - used ? wc->skip : len - used;
@@ -272,6 +319,26 @@ static size_t web_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 	}
 	fp_ctx_count(fp_evl_ctx(evl), ops, errs);
 	return used;
+}
+
+/* Flow-group migration: the connection's state moves to the new worker's list. */
+static void web_leaving(struct fp_evl_conn *c)
+{
+	struct web_conn *wc = fp_evl_conn_user(c);
+
+	if ((*wc->pprev = wc->next))
+		wc->next->pprev = wc->pprev;
+}
+
+static void web_arrived(struct fp_evl_conn *c)
+{
+	struct web_worker *wk = worker_of(fp_evl_of(c));
+	struct web_conn *wc = fp_evl_conn_user(c);
+
+	if ((wc->next = wk->conns))
+		wk->conns->pprev = &wc->next;
+	wk->conns = wc;
+	wc->pprev = &wk->conns;
 }
 
 static void web_drained(struct fp_evl_conn *c)
@@ -321,6 +388,7 @@ int main(int argc, char **argv)
 
 	fp_rt_config_init(&m.rt);
 	m.port = WEB_DEFAULT_PORT;
+	m.keepalive_s = WEB_DEFAULT_KEEPALIVE;
 	m.max_bytes = WEB_DEFAULT_MAX_BYTES;
 	parse(&m, argc, argv);
 	if (load(&m))
@@ -336,6 +404,7 @@ int main(int argc, char **argv)
 		.max_pending = m.largest > (4u << 20) ? m.largest : (4u << 20),
 		.max_unread = WEB_MAX_HEAD + 1024,   /* a head must be shown whole */
 		.movable = true,                     /* per-connection state moves with it */
+		.leaving = web_leaving, .arrived = web_arrived,
 	};
 	fp_evl_app(&app, &ops, &m);
 	app.name = "fp-web";

@@ -311,6 +311,37 @@ def test_counters_at_exit(build_dir, zonedir):
     assert "1 dropped" in last and "NXDOMAIN 1" in last, last
 
 
+def test_tcp_idle_timeout(build_dir, zonedir):
+    """A TCP connection that sends nothing for --tcp-timeout is closed (RFC 7766 §6.2.3);
+    one that keeps asking is not."""
+    port = free_port()
+    p = subprocess.Popen([build_dir / "apps" / "dns" / "fp-dns", "-z", zonedir / "example.zone",
+                          "-p", str(port), "--ip", HOST, "--stats", "none", "--tcp-timeout", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_answering(port, p)
+        q = dns.message.make_query("example.com", "SOA").to_wire()
+        framed = struct.pack(">H", len(q)) + q
+        idle = socket.create_connection((HOST, port), 5)
+        busy = socket.create_connection((HOST, port), 5)
+        idle.sendall(framed)
+        assert len(idle.recv(4096)) > 2
+        t0 = time.time()
+        while time.time() - t0 < 3:
+            busy.sendall(framed)
+            assert len(busy.recv(4096)) > 2
+            time.sleep(0.3)
+        idle.settimeout(5)
+        assert idle.recv(100) == b"", "the idle connection was not closed"
+        busy.sendall(framed)
+        assert len(busy.recv(4096)) > 2
+        idle.close()
+        busy.close()
+    finally:
+        rc, err = stop(p)
+    assert rc == 0, err
+
+
 def test_command_line(build_dir, zonedir):
     exe = build_dir / "apps" / "dns" / "fp-dns"
     r = run([exe, "--zone", zonedir / "example.zone", "--check"])

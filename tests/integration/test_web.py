@@ -228,6 +228,42 @@ def test_loadgen_http(build_dir, server, tmp_path):
             assert pt["errors"] == (0 if ok else pt["completed"]), pt
 
 
+def test_keepalive_timeout(build_dir, site):
+    """An idle keep-alive connection is closed after --keepalive-timeout; one that keeps
+    asking is not."""
+    port = free_port()
+    p = subprocess.Popen([build_dir / "apps" / "web" / "fp-web", "--root", site, "--port",
+                          str(port), "--ip", HOST, "--stats", "none", "--keepalive-timeout", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            try:
+                busy = socket.create_connection((HOST, port), 5)
+                break
+            except OSError:
+                time.sleep(0.1)
+        idle = socket.create_connection((HOST, port), 10)
+        idle.sendall(b"GET /100.bin HTTP/1.1\r\nHost: h\r\n\r\n")
+        st, _, body = read_response(idle.makefile("rb"))
+        assert st == 200 and len(body) == 100
+        t0 = time.time()
+        bf = busy.makefile("rb")
+        while time.time() - t0 < 3:          # the busy one asks every 0.3 s meanwhile
+            busy.sendall(b"GET /100.bin HTTP/1.1\r\nHost: h\r\n\r\n")
+            assert read_response(bf)[0] == 200
+            time.sleep(0.3)
+        idle.settimeout(5)
+        assert idle.recv(100) == b"", "the idle connection was not closed"
+        busy.sendall(b"GET /100.bin HTTP/1.1\r\nHost: h\r\n\r\n")
+        assert read_response(bf)[0] == 200
+        busy.close()
+        idle.close()
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(10)
+    assert p.returncode == 0, p.stderr.read()
+
+
 def test_command_line(build_dir, site, tmp_path):
     exe = build_dir / "apps" / "web" / "fp-web"
     r = run([exe, "--root", site, "--check"])
@@ -240,6 +276,8 @@ def test_command_line(build_dir, site, tmp_path):
     assert r.returncode == 2 and "--root DIR is required" in r.stderr
     r = run([exe, "--root", site, "--port", "0"])
     assert r.returncode == 2 and "--port '0'" in r.stderr
+    r = run([exe, "--root", site, "--keepalive-timeout", "5m"])
+    assert r.returncode == 2 and "want seconds" in r.stderr
     r = run([exe, "--help"])
     assert r.returncode == 0 and "--root DIR" in r.stdout and "runtime options" in r.stdout
 

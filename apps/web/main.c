@@ -25,6 +25,7 @@
 
 #define WEB_DEFAULT_PORT      80
 #define WEB_DEFAULT_KEEPALIVE 75      /* s, as nginx's keepalive_timeout */
+#define WEB_DEFAULT_SEND      60      /* s, as nginx's send_timeout */
 #define WEB_TICK_US           1000000
 #define WEB_DEFAULT_MAX_BYTES (1024ull << 20)
 #define OPT_RT_BASE           FP_RT_OPT_BASE
@@ -34,6 +35,7 @@ struct web_main {
 	const char *root;
 	uint16_t port;
 	unsigned keepalive_s;        /* an idle connection is closed after this (0: never) */
+	unsigned send_s;             /* a response that stops leaving is reset (0: never) */
 	size_t max_bytes;
 	bool check;
 	struct web_site *site;
@@ -57,6 +59,8 @@ struct web_conn {
 	size_t skip;                 /* body bytes still to skip */
 	bool blocked;                /* waiting for output room */
 	uint64_t last_us;            /* the last bytes from the client */
+	uint64_t out_us;             /* when the pending output last changed */
+	size_t out_pending;          /* ... and what it was then */
 	struct fp_evl_conn *c;
 	struct web_conn *next, **pprev;
 };
@@ -75,6 +79,8 @@ static const char usage[] =
 	"      --max-bytes N     files read at start, in all (1g; k, m, g suffixes)\n"
 	"      --keepalive-timeout S  close a connection idle this long between requests\n"
 	"                        (75, as nginx; 0: never)\n"
+	"      --send-timeout S  reset a connection whose response has not moved for this\n"
+	"                        long: the client stopped reading (60, as nginx; 0: never)\n"
 	"      --check           read the root, print what it holds, and exit\n"
 	"  -h, --help            this text\n"
 	"\n"
@@ -85,6 +91,7 @@ static const struct option own_opts[] = {
 	{ "port", required_argument, NULL, 'p' },
 	{ "max-bytes", required_argument, NULL, 'M' },
 	{ "keepalive-timeout", required_argument, NULL, 'K' },
+	{ "send-timeout", required_argument, NULL, 'S' },
 	{ "check", no_argument, NULL, 'C' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0, 0, 0, 0 },
@@ -143,6 +150,11 @@ static void parse(struct web_main *m, int argc, char **argv)
 				usage_error("--keepalive-timeout '%s': want seconds, 0 to 86400", optarg);
 			m->keepalive_s = (unsigned)parse_size("--keepalive-timeout", optarg, 0, 86400);
 			break;
+		case 'S':
+			if (strpbrk(optarg, "kKmMgG"))
+				usage_error("--send-timeout '%s': want seconds, 0 to 86400", optarg);
+			m->send_s = (unsigned)parse_size("--send-timeout", optarg, 0, 86400);
+			break;
 		case 'C': m->check = true; break;
 		case 'h':
 			fputs(usage, stdout);
@@ -186,20 +198,36 @@ static const char *today(struct web_worker *wk)
 }
 
 /*
- * Once a second: a connection whose client has sent nothing for keepalive_s, with no
- * response of ours still leaving and none waiting for room, is closed (nginx's
- * keepalive_timeout): idle keep-alive connections do not hold the stack's connections
- * and buffers forever. A client in the middle of a slow download is not idle.
+ * Once a second, nginx's two timeouts: a connection whose client has sent nothing for
+ * keepalive_s, with no response of ours still leaving, is closed (keepalive_timeout); one
+ * whose pending output has not changed for send_s is reset (send_timeout: the client
+ * stopped reading, and what it asked for cannot be delivered). Neither idle nor stuck
+ * connections hold the stack's connections and buffers forever; a slow download that
+ * moves is neither.
  */
 static void web_tick(struct fp_timer *t, uint64_t now_us)
 {
 	struct web_worker *wk = fp_container_of(t, struct web_worker, tick);
 	uint64_t idle_us = (uint64_t)wk->m->keepalive_s * 1000000u;
+	uint64_t send_us = (uint64_t)wk->m->send_s * 1000000u;
 	struct web_conn *wc, *next;
 
 	for (wc = wk->conns; wc; wc = next) {
+		size_t pending = fp_evl_pending(wc->c);
+
 		next = wc->next;
-		if (now_us - wc->last_us < idle_us || wc->blocked || fp_evl_pending(wc->c))
+		if (pending != wc->out_pending) {
+			wc->out_pending = pending;
+			wc->out_us = now_us;
+		}
+		if (pending) {
+			if (send_us && now_us - wc->out_us >= send_us) {
+				fp_evl_abort(wc->c);
+				conn_free(wc);
+			}
+			continue;
+		}
+		if (!idle_us || now_us - wc->last_us < idle_us || wc->blocked)
 			continue;
 		fp_evl_close(wc->c);
 		conn_free(wc);
@@ -218,7 +246,7 @@ static int web_init(struct fp_evl *evl, void *arg)
 	wk->evl = evl;
 	fp_evl_set_user(evl, wk);
 	fp_evl_listen(evl, m->port, NULL);
-	if (m->keepalive_s) {
+	if (m->keepalive_s || m->send_s) {
 		fp_timer_init(&wk->tick, web_tick);
 		fp_ctx_timer_add(fp_evl_ctx(evl), &wk->tick, fp_ctx_now_us(fp_evl_ctx(evl)) + WEB_TICK_US);
 	}
@@ -236,7 +264,7 @@ static void web_fini(struct fp_evl *evl)
 {
 	struct web_worker *wk = fp_evl_user(evl);
 
-	if (wk->m->keepalive_s)
+	if (wk->m->keepalive_s || wk->m->send_s)
 		fp_ctx_timer_cancel(fp_evl_ctx(evl), &wk->tick);
 	while (wk->conns)
 		conn_free(wk->conns);
@@ -389,6 +417,7 @@ int main(int argc, char **argv)
 	fp_rt_config_init(&m.rt);
 	m.port = WEB_DEFAULT_PORT;
 	m.keepalive_s = WEB_DEFAULT_KEEPALIVE;
+	m.send_s = WEB_DEFAULT_SEND;
 	m.max_bytes = WEB_DEFAULT_MAX_BYTES;
 	parse(&m, argc, argv);
 	if (load(&m))

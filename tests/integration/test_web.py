@@ -264,6 +264,43 @@ def test_keepalive_timeout(build_dir, site):
     assert p.returncode == 0, p.stderr.read()
 
 
+def test_send_timeout(build_dir, site):
+    """A client that asks for 20 MB and stops reading is reset after --send-timeout, and
+    the server goes on serving others."""
+    port = free_port()
+    p = subprocess.Popen([build_dir / "apps" / "web" / "fp-web", "--root", site, "--port",
+                          str(port), "--ip", HOST, "--stats", "none", "--send-timeout", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            try:
+                stuck = socket.create_connection((HOST, port), 5)
+                break
+            except OSError:
+                time.sleep(0.1)
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        stuck.sendall(b"GET /1m.bin HTTP/1.1\r\nHost: h\r\n\r\n" * 20)
+        time.sleep(4)                          # not reading: the output stops moving
+        got, reset = 0, False
+        stuck.settimeout(5)
+        try:
+            while True:
+                b = stuck.recv(1 << 20)
+                if not b:
+                    break
+                got += len(b)
+        except (ConnectionResetError, socket.timeout) as e:
+            reset = isinstance(e, ConnectionResetError)
+        assert reset and got < 20 << 20, (reset, got)
+        r = subprocess.run(["curl", "-s", "-f", "-o", "/dev/null", "-w", "%{size_download}",
+                            f"http://{HOST}:{port}/1m.bin"], capture_output=True, text=True, timeout=30)
+        assert r.stdout == str(1 << 20)
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(10)
+    assert p.returncode == 0, p.stderr.read()
+
+
 def test_command_line(build_dir, site, tmp_path):
     exe = build_dir / "apps" / "web" / "fp-web"
     r = run([exe, "--root", site, "--check"])

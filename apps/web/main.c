@@ -309,6 +309,8 @@ static size_t web_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 	size_t used = 0;
 	uint64_t ops = 0, errs = 0;
 
+	const char *date = today(wk);                /* once a read, not once a request */
+
 	wc->blocked = false;
 	wc->last_us = fp_ctx_now_us(fp_evl_ctx(evl));
 	while (used < len) {
@@ -323,7 +325,7 @@ static size_t web_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 		int st = web_parse(p + used, len - used, &wc->scanned, &r);
 		if (st == 1)
 			break;
-		web_respond(wk->m->site, &r, st, today(wk), wk->scratch, &o);
+		web_respond(wk->m->site, &r, st, date, wk->scratch, &o);
 		if (fp_evl_room(c) < o.bytes) {
 			wc->blocked = true;          /* on again from drained() */
 			break;

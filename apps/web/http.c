@@ -222,8 +222,35 @@ static int hexval(char c)
 	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
+/* Percent-decode the path at @t[0..@n) into @d (room @cap): its length, or -1 for a bad
+ * escape, a NUL, or no room. */
+static long decode(const char *t, size_t n, char *d, size_t cap)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		int c = (unsigned char)t[i];
+		if (c == '%') {
+			int h, l;
+			if (i + 2 >= n || (h = hexval(t[i + 1])) < 0 || (l = hexval(t[i + 2])) < 0)
+				return -1;
+			c = h << 4 | l;
+			i += 2;
+		}
+		if (!c || o == cap)
+			return -1;
+		d[o++] = (char)c;
+	}
+	return (long)o;
+}
+
+/*
+ * Decoding comes first, then the segments: an encoded '/' is a '/', so "%2e%2e%2f" is
+ * "../" and is resolved (or refused above the root) like the plain one.
+ */
 int web_path(const char *t, size_t len, char *out, size_t cap)
 {
+	char d[WEB_MAX_TARGET];
 	size_t i = 0, o = 0;
 
 	if (len >= 7 && !strncasecmp(t, "http://", 7))
@@ -243,55 +270,43 @@ int web_path(const char *t, size_t len, char *out, size_t cap)
 	}
 	if (i >= len || t[i] != '/')
 		return 400;
-	size_t start = i;
 	size_t end = i;
 	while (end < len && t[end] != '?' && t[end] != '#')
 		end++;
+	long n = decode(t + i, end - i, d, sizeof(d));
+	if (n < 0)
+		return 400;
 	out[o++] = '/';
-	while (i < end) {
-		/* one segment, decoded into out at o */
-		while (i < end && t[i] == '/')
-			i++;
-		size_t seg = o;
-		while (i < end && t[i] != '/') {
-			int c = (unsigned char)t[i];
-			if (c == '%') {
-				int h, l;
-				if (i + 2 >= end)
-					return 400;
-				if ((h = hexval(t[i + 1])) < 0 || (l = hexval(t[i + 2])) < 0)
-					return 400;
-				c = h << 4 | l;
-				i += 2;
-				if (!c)
-					return 400;
-			}
-			if (o + 2 >= cap)
-				return 400;
-			out[o++] = (char)c;
-			i++;
-		}
-		size_t slen = o - seg;
-		if (slen == 1 && out[seg] == '.') {
-			o = seg;                     /* "." */
-		} else if (slen == 2 && out[seg] == '.' && out[seg + 1] == '.') {
-			if (seg == 1)
+	for (size_t k = 0; k < (size_t)n;) {
+		while (k < (size_t)n && d[k] == '/')
+			k++;
+		size_t s = k;
+		while (k < (size_t)n && d[k] != '/')
+			k++;
+		size_t slen = k - s;
+		if (!slen || (slen == 1 && d[s] == '.'))
+			continue;                    /* "" and "." */
+		if (slen == 2 && d[s] == '.' && d[s + 1] == '.') {
+			if (o == 1)
 				return 400;          /* above the root */
-			o = seg - 1;                 /* drop "..", and the segment before it */
+			o--;                         /* drop the last segment and its '/' */
 			while (o > 1 && out[o - 1] != '/')
 				o--;
-		} else if (slen) {
-			out[o++] = '/';
 			continue;
 		}
-		/* "." and ".." leave o just past a '/' */
+		if (o + slen + 2 > cap)
+			return 400;
+		memcpy(out + o, d + s, slen);
+		o += slen;
+		out[o++] = '/';
 	}
 	/* a trailing '/' stays only when the path's last segment is empty, "." or ".." */
-	size_t last = end;
-	while (last > start && t[last - 1] != '/')
+	size_t last = (size_t)n;
+	while (last > 0 && d[last - 1] != '/')
 		last--;
-	bool dir = end == last || (end - last == 1 && t[last] == '.') ||
-		   (end - last == 2 && t[last] == '.' && t[last + 1] == '.');
+	size_t tail = (size_t)n - last;
+	bool dir = !tail || (tail == 1 && d[last] == '.') ||
+		   (tail == 2 && d[last] == '.' && d[last + 1] == '.');
 	if (o > 1 && out[o - 1] == '/' && !dir)
 		o--;
 	out[o] = '\0';

@@ -259,16 +259,19 @@ def test_connection_churn_no_leak(topo, build_dir, transport):
         # listener's control block on the stack (the kernel transport counts flows only).
         # `before` may still hold the readiness probe's connection, so it is not the target.
         idle_conns = 1 if transport == "xdp" else 0
+        want_accepted = 3000 if transport == "xdp" else 0
         deadline = time.time() + 10
         while True:
             w = srv.stats_json()["workers"][0]
-            # Buffers: back to where they were, give or take one fill-ring top-up batch.
-            if w["tcp_conns"] == idle_conns and w["pool_in_use"] <= before["pool_in_use"] + 64:
+            # Buffers: back to where they were, give or take one fill-ring top-up batch. The
+            # counters are a published snapshot: CI once read 2,996 accepted with every
+            # control block already gone, so the count is waited for too, not read once.
+            if w["tcp_conns"] == idle_conns and w["pool_in_use"] <= before["pool_in_use"] + 64 \
+                    and w.get("net", {}).get("tcp_accepted", 0) >= want_accepted:
                 break
-            assert time.time() < deadline, (w["tcp_conns"], w["pool_in_use"], before["pool_in_use"])
+            assert time.time() < deadline, (w["tcp_conns"], w["pool_in_use"], before["pool_in_use"],
+                                             w.get("net", {}).get("tcp_accepted"))
             time.sleep(0.2)
-        if transport == "xdp":
-            assert w["net"]["tcp_accepted"] >= 3000
 
 
 def test_fp_client_against_linux_server(topo, build_dir):

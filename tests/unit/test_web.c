@@ -157,6 +157,8 @@ static void paths(void **state)
 		{ "/a/../../b", NULL }, { "/%00", NULL }, { "/%zz", NULL }, { "/%4", NULL },
 		{ "*", NULL }, { "a.txt", NULL }, { "http://host:80/a.txt", "/a.txt" },
 		{ "HTTP://host", "/" }, { "/a%2fb", "/a/b" }, { "/a#frag", "/a" },
+		/* found by fuzz_http: an encoded '/' splits segments as a plain one does */
+		{ "/%2e%2f%0c", "/\x0c" }, { "/a/%2e%2e%2f%2e%2e%2fx", NULL }, { "/a/b%2f..", "/a/" },
 	};
 	char out[256];
 

@@ -481,7 +481,8 @@ struct fp_devq *fp_xdp_queue_open(struct fp_xdp *x, unsigned queue_id, char *err
 	if (q->fill_target > x->cfg.ring_size)
 		q->fill_target = x->cfg.ring_size;
 	q->dq = (struct fp_devq){ .ops = &xdp_ops, .mac = x->mac, .queue_id = (uint16_t)queue_id,
-				  .mtu = x->mtu, .native = x->cfg.mode != FP_XDP_SKB };
+				  .mtu = x->mtu, .native = x->cfg.mode != FP_XDP_SKB,
+				  .rx_bufs = q->fill_target };
 	if ((ret = pool_over_umem(q, queue_id))) {
 		xdp_errf(err, errlen, "AF_XDP buffers for %s queue %u: %s", x->ifname, queue_id,
 		         strerror(-ret));

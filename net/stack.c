@@ -33,6 +33,8 @@ static void config_defaults(struct fp_stack_config *c)
 	DEFAULT_IF_ZERO(c->mtu, FP_NET_DEFAULT_MTU);
 	DEFAULT_IF_ZERO(c->rcv_buf, FP_NET_DEFAULT_RCV_BUF);
 	DEFAULT_IF_ZERO(c->ooo_max, c->rcv_buf / 2);
+	if (!c->tx_bufs && c->cache && c->cache->pool)
+		c->tx_bufs = c->cache->pool->n_bufs / 2;
 	DEFAULT_IF_ZERO(c->max_conns, FP_NET_DEFAULT_MAX_CONNS);
 	DEFAULT_IF_ZERO(c->syn_backlog, FP_NET_DEFAULT_SYN_BACKLOG);
 	DEFAULT_IF_ZERO(c->delack_us, FP_NET_DEFAULT_DELACK_US);

@@ -148,9 +148,28 @@ static void mlist_free(struct fp_stack *st, struct fp_mbuf **head)
 	*head = NULL;
 }
 
+static uint32_t mlist_len(const struct fp_mbuf *m)
+{
+	uint32_t n = 0;
+
+	for (; m; m = tcp_mb(m)->next)
+		n++;
+	return n;
+}
+
+/* A conn leaves the sent-data budget's books: its retransmit queue and its wait. */
+static void tx_budget_leave(struct tcp_stack *ts, struct fp_tcp_conn *c)
+{
+	ts->tx_bufs -= mlist_len(c->rtx_head);
+	if (c->flags & TCP_CF_TX_WAIT)
+		ts->tx_waiters--;
+}
+
 /* The retransmit and out-of-order queues: what the protocol holds. */
 static void tcp_purge_proto(struct fp_stack *st, struct fp_tcp_conn *c)
 {
+	tx_budget_leave(st->tcp, c);
+	c->flags &= ~TCP_CF_TX_WAIT;
 	mlist_free(st, &c->rtx_head);
 	mlist_free(st, &c->ooo_head);
 	c->rtx_tail = NULL;
@@ -340,6 +359,7 @@ int fp_stack_tcp_export(struct fp_stack *st, const uint64_t groups[2], struct fp
 		if (c->all_next)
 			c->all_next->all_pprev = c->all_pprev;
 		ts->n_conns--;
+		tx_budget_leave(ts, c);
 		if (c->flags & TCP_CF_LIMITED)
 			ts->n_limited--;
 		if (c->flags & TCP_CF_EMBRYONIC)
@@ -367,6 +387,9 @@ void fp_stack_tcp_import(struct fp_stack *st, struct fp_tcp_conn *chain)
 		ts->all = c;
 		c->all_pprev = &ts->all;
 		ts->n_conns++;
+		ts->tx_bufs += mlist_len(c->rtx_head);
+		if (c->flags & TCP_CF_TX_WAIT)
+			ts->tx_waiters++;
 		if (c->flags & TCP_CF_LIMITED)
 			ts->n_limited++;
 		if (c->flags & TCP_CF_EMBRYONIC)
@@ -567,8 +590,43 @@ static int send_one(struct fp_stack *st, struct fp_tcp_conn *c, const uint8_t *d
 		c->rtx_head = m;
 	c->rtx_tail = m;
 	c->snd_nxt += len;
+	st->tcp->tx_bufs++;
 	tcp_xmit_seg(st, c, m);
 	return 0;
+}
+
+/*
+ * The sent-data budget (cfg.tx_bufs), in segments @c may still queue. When a send finds it
+ * spent, the conn waits (TCP_CF_TX_WAIT) and retries; meanwhile the others leave the
+ * waiters TX_WAIT_SHARE segments each (up to half the budget). Without that share, the
+ * buffers an ACK frees go back at once to the conn the ACK woke, which sends again in the
+ * same round, and a refused conn, retrying a round later, finds them gone: with more
+ * data in flight than the pool holds, a few conns would starve for as long as the others
+ * keep sending (tens of ms for 64 clients of 64 KB files on 4096 frames).
+ */
+#define TX_WAIT_SHARE 8
+
+static uint32_t tx_budget(const struct fp_stack *st, const struct fp_tcp_conn *c)
+{
+	const struct tcp_stack *ts = st->tcp;
+	uint64_t used = ts->tx_bufs;
+
+	if (!(c->flags & TCP_CF_TX_WAIT)) {
+		uint64_t keep = (uint64_t)ts->tx_waiters * TX_WAIT_SHARE;
+		used += keep < st->cfg.tx_bufs / 2 ? keep : st->cfg.tx_bufs / 2;
+	}
+	return used < st->cfg.tx_bufs ? (uint32_t)(st->cfg.tx_bufs - used) : 0;
+}
+
+static void tx_wait_set(struct fp_stack *st, struct fp_tcp_conn *c, bool wait)
+{
+	if (wait == !!(c->flags & TCP_CF_TX_WAIT))
+		return;
+	c->flags ^= TCP_CF_TX_WAIT;
+	if (wait)
+		st->tcp->tx_waiters++;
+	else
+		st->tcp->tx_waiters--;
 }
 
 ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data, size_t len)
@@ -583,6 +641,13 @@ ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data
 	if (n > len)
 		n = len;
 	n = nagle_trim(st, c, n);
+	uint64_t budget = (uint64_t)tx_budget(st, c) * smss;
+	bool short_of_bufs = n > budget;
+	if (short_of_bufs) {
+		NET_STAT_INC(st, tcp_tx_budget);
+		n = budget;
+	}
+	tx_wait_set(st, c, short_of_bufs);
 	size_t done = 0;
 	while (done < n) {
 		uint32_t k = n - done < smss ? (uint32_t)(n - done) : smss;
@@ -596,7 +661,7 @@ ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data
 		tcp_rtx_arm(st, c);
 	tcp_persist_check(st, c);
 	tcp_timer_update(st, c);
-	if (done == 0 && n > 0)
+	if (done == 0 && (n > 0 || short_of_bufs))
 		return -ENOBUFS;
 	return (ssize_t)done;
 }

@@ -171,6 +171,8 @@ static inline struct tcp_mb *tcp_mb(const struct fp_mbuf *m)
 #define TCP_CF_FIN_LOST   0x08000u /* our FIN is to be retransmitted after the data */
 #define TCP_CF_LIMITED    0x10000u /* counted against cfg.max_conns */
 #define TCP_CF_WSCALE     0x20000u /* window scaling negotiated (both SYNs had the option) */
+#define TCP_CF_EIFEL      0x40000u /* an RTO retransmitted; the next ACK tells if it was spurious */
+#define TCP_CF_TX_WAIT    0x80000u /* a send found cfg.tx_bufs spent: served before others */
 
 /*
  * The control block. Sequence variables are named as in RFC 9293 §3.3.1. Deadlines are
@@ -216,6 +218,9 @@ struct fp_tcp_conn {
 	uint32_t cc_acked;               /* congestion avoidance byte counter (RFC 5681 §3.1) */
 	/* RTT (RFC 6298). */
 	uint32_t srtt_us, rttvar_us, rto_us;
+	/* Eifel (RFC 3522, RFC 4015): the TSval of an RTO's first retransmission and the
+	 * windows before it, kept while TCP_CF_EIFEL. */
+	uint32_t eifel_tsval, undo_cwnd, undo_ssthresh;
 
 	/* Receive sequence space. */
 	uint32_t irs, rcv_nxt, rcv_adv;  /* rcv_adv: right edge we advertised */
@@ -231,7 +236,7 @@ struct fp_tcp_conn {
 	uint32_t challenge_ms;           /* when the last challenge ACK left (ms clock); 0 none */
 };
 
-/* The budget is 512 bytes per idle established conn: this block (296 bytes on x86-64), its
+/* The budget is 512 bytes per idle established conn: this block (312 bytes on x86-64), its
  * malloc header (8, rounded to 16), and its share of the 4-tuple table (one 8-byte bucket
  * pointer per conn at most two buckets per conn: 8-16). Nothing else is allocated per conn. */
 static_assert(sizeof(struct fp_tcp_conn) <= 320, "keep the control block small");
@@ -273,6 +278,8 @@ struct tcp_stack {
 	uint32_t n_conns;                /* control blocks, listeners included */
 	uint32_t n_limited;              /* those counted against cfg.max_conns */
 	uint32_t n_embryonic;            /* passive SYN_RECEIVED conns (the SYN backlog) */
+	uint32_t tx_bufs;                /* buffers in the conns' retransmit queues */
+	uint32_t tx_waiters;             /* conns with TCP_CF_TX_WAIT */
 	uint16_t port_next;              /* where the ephemeral port search starts */
 	const struct tcp_cc_ops *cc;
 	uint64_t sip_key[2];             /* SipHash key derived from cfg.secret */

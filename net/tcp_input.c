@@ -308,6 +308,7 @@ static uint32_t rtx_ack(struct fp_stack *st, struct fp_tcp_conn *c, uint32_t ack
 		if (mb->flags & TCP_MB_LOST)
 			c->lost_bytes -= mb->len;
 		c->rtx_head = mb->next;
+		st->tcp->tx_bufs--;
 		net_free(st, m);
 	}
 	if (!c->rtx_head)
@@ -328,6 +329,33 @@ static uint32_t rtx_ack(struct fp_stack *st, struct fp_tcp_conn *c, uint32_t ack
 	return rtt;
 }
 
+/*
+ * Eifel detection (RFC 3522 §3.2): the first ACK of new data after a timeout echoes a
+ * timestamp older than the retransmission's, so what it acknowledges is the original: the
+ * timeout was a delay, not a loss. The response is Linux's undo rather than RFC 4015's
+ * partial one: the windows come back as they were and nothing more is resent (go-back-N
+ * would send the whole flight again, each copy a D-SACK at the peer and a deeper queue
+ * for the next RTT sample to meet). The RTT sample this ACK gives (from the echo: the head
+ * was retransmitted) moves the RTO past the delay that caused it (RFC 4015 §2). The echo
+ * is in ms and the RTO at least cfg.rto_min_us, so an original sent in the same tick as
+ * the retransmission (an RTO under 1 ms) is never taken for one: such a timeout stands.
+ */
+static void eifel_check(struct fp_stack *st, struct fp_tcp_conn *c, const struct fp_tcp *t)
+{
+	c->flags &= ~TCP_CF_EIFEL;
+	if (!t->opt.has_ts || !t->opt.ts_ecr || !seq_lt(t->opt.ts_ecr, c->eifel_tsval))
+		return;
+	NET_STAT_INC(st, tcp_rto_spurious);
+	if (c->cwnd < c->undo_cwnd)
+		c->cwnd = c->undo_cwnd;
+	if (c->ssthresh < c->undo_ssthresh)
+		c->ssthresh = c->undo_ssthresh;
+	for (struct fp_mbuf *m = c->rtx_head; m; m = tcp_mb(m)->next)
+		tcp_mb(m)->flags &= (uint8_t)~TCP_MB_LOST;
+	c->lost_bytes = 0;
+	c->flags &= ~TCP_CF_FIN_LOST;
+}
+
 /* SND.UNA advances (RFC 9293 §3.10.7.4 fifth, RFC 6298 §5.2/5.3, RFC 6582 §3.2). */
 static void new_ack(struct fp_stack *st, struct fp_tcp_conn *c, uint32_t ack,
 		    const struct fp_tcp *t)
@@ -335,6 +363,9 @@ static void new_ack(struct fp_stack *st, struct fp_tcp_conn *c, uint32_t ack,
 	uint32_t acked = ack - c->snd_una;
 	bool fin_acked = (c->flags & TCP_CF_FIN_SENT) && ack == c->snd_nxt;
 	uint32_t data = acked - (fin_acked ? 1 : 0);
+
+	if (c->flags & TCP_CF_EIFEL)
+		eifel_check(st, c, t);
 	uint32_t rtt = rtx_ack(st, c, ack, t);
 
 	if (rtt)

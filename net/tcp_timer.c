@@ -200,6 +200,14 @@ static void rtx_timeout(struct fp_stack *st, struct fp_tcp_conn *c)
 		return;
 	}
 	NET_STAT_INC(st, tcp_rto);
+	if ((c->flags & TCP_CF_TS) && c->backoff == 0) {
+		/* RFC 3522 §3.2: the first retransmission's TSval (it leaves below, at this
+		 * same clock) and the windows the timeout is about to take. */
+		c->flags |= TCP_CF_EIFEL;
+		c->eifel_tsval = tcp_ts_now(c, st->now_us);
+		c->undo_cwnd = c->cwnd;
+		c->undo_ssthresh = c->ssthresh;
+	}
 	st->tcp->cc->rto(c);
 	if (c->backoff < 30)
 		c->backoff++;

@@ -513,6 +513,17 @@ static struct fp_stack *rt_stack_create(struct rt_wk *w, unsigned worker, uint32
 	sc.gateway = cfg->gateway;
 	sc.mtu = w->q->mtu;
 	sc.cache = &w->q->cache;
+	if (!sc.tx_bufs) {
+		/* What receive keeps posted stays out of TCP's reach, and an eighth more for
+		 * frames being received, ACKs and copies: sent data can never starve the
+		 * receive path of the buffers its ACKs need. And no more than the frames
+		 * rt_tx may hold back while the device is busy (on a veth, unacked data is
+		 * mostly still here): a bigger pool must not turn into frames shed. */
+		uint32_t n = w->q->pool->n_bufs, keep = w->q->rx_bufs + n / 8;
+		sc.tx_bufs = n > 2 * keep ? n - keep : n / 2;
+		if (sc.tx_bufs > RT_TX_BACKLOG - RT_TX_HOLD)
+			sc.tx_bufs = RT_TX_BACKLOG - RT_TX_HOLD;
+	}
 	/* IX's outbound trick: ephemeral ports whose replies hash back to our queue, or with
 	 * flow groups, whose group is ours (steer.c's key and table). */
 	sc.queue_id = w->q->queue_id;

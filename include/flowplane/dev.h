@@ -57,6 +57,7 @@ struct fp_devq {
 	struct fp_eth_addr mac;        /* the interface's address */
 	uint16_t queue_id;
 	uint16_t mtu;                  /* the interface's IP MTU */
+	uint32_t rx_bufs;              /* buffers of @pool it keeps posted for receive */
 	bool zerocopy;                 /* AF_XDP bound in zero-copy mode */
 	bool native;                   /* AF_XDP: the XDP program runs in driver (native) mode */
 };

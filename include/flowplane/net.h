@@ -72,6 +72,10 @@ struct fp_stack_config {
 	uint32_t rcv_buf;            /* bytes of receive buffer (window) per connection */
 	uint32_t ooo_max;            /* bytes of out-of-order data kept per connection
 				      * (default rcv_buf / 2) */
+	uint32_t tx_bufs;            /* buffers TCP may hold as sent, unacknowledged data, all
+				      * conns together (default half the pool): the rest stays
+				      * free for receiving, so the ACKs that free them can come
+				      * in. A send past it takes what fits, or -ENOBUFS */
 	uint32_t delack_us;          /* ACK at most this long after data (and every 2nd MSS);
 				      * set FP_NET_DELACK_OFF to ACK every segment at once */
 	uint32_t time_wait_us;
@@ -224,7 +228,8 @@ void fp_tcp_set_cookie(struct fp_tcp_conn *c, uint64_t cookie);
  * congestion window allow right now (fp_tcp_sendable), copies it into segments and puts
  * them on the wire; returns the bytes taken (0 when the windows are shut), or -ENOTCONN
  * (not yet established), -EPIPE (we already shut down the sending side or the conn is dead),
- * -ENOBUFS (no buffer for the first segment: nothing was taken; retry after freeing some).
+ * -ENOBUFS (no buffer for the first segment, or cfg.tx_bufs spent: nothing was taken;
+ * retry after freeing some, or in a later round).
  * When more may be sent, an FP_EV_TCP_SENT follows.
  */
 ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data, size_t len);
@@ -296,9 +301,10 @@ void fp_tcp_info(const struct fp_tcp_conn *c, struct fp_tcp_info *out);
 	X(tcp_bad) X(tcp_bad_csum) X(tcp_rx_segs) X(tcp_tx_segs) X(tcp_rst_tx) X(tcp_rst_rx) \
 	X(tcp_no_port) X(tcp_syn_cookie_tx) X(tcp_syn_cookie_ok) X(tcp_syn_cookie_bad) \
 	X(tcp_backlog_drop) X(tcp_conn_limit) X(tcp_accepted) X(tcp_connected) \
-	X(tcp_challenge_ack) X(tcp_challenge_ack_skip) X(tcp_rexmit) X(tcp_rto) X(tcp_fast_rexmit) X(tcp_dup_seg) \
+	X(tcp_challenge_ack) X(tcp_challenge_ack_skip) X(tcp_rexmit) X(tcp_rto) X(tcp_rto_spurious) X(tcp_fast_rexmit) \
+	X(tcp_dup_seg) \
 	X(tcp_ooo_seg) X(tcp_ooo_drop) X(tcp_out_of_window) X(tcp_zero_window_probe) \
-	X(tcp_keepalive_tx) X(tcp_timeout) X(tcp_nobufs) \
+	X(tcp_keepalive_tx) X(tcp_timeout) X(tcp_nobufs) X(tcp_tx_budget) \
 	X(nobufs)
 
 struct fp_net_stats {

@@ -2040,6 +2040,164 @@ static void test_rto_resends_first_segment_then_slow_starts(void **state)
 	t_expect_none(h);
 }
 
+/* A conn with timestamps (offset 7, peer's TSval 50) that has sent 5 full segments at T0
+ * and, at the 1 s initial RTO, retransmitted the first. *@ts_orig and *@ts_rtx are the
+ * TSvals of the originals and of the retransmission. */
+static struct fp_tcp_conn *eifel_setup(struct nh *h, uint32_t *ts_orig, uint32_t *ts_rtx)
+{
+	struct nh_pkt p;
+	struct tcp_test_conn_params cp = t_est();
+
+	cp.ts_ok = true;
+	cp.ts_recent = 50;
+	cp.ts_offset = 7;
+	struct fp_tcp_conn *c = t_conn(h, cp);
+	uint32_t smss = t_info(c).mss - 12;   /* less the timestamp option */
+	assert_int_equal(fp_tcp_send(h->st, c, t_pat, 5 * smss), 5 * smss);
+	for (unsigned i = 0; i < 5; i++)
+		t_expect(h, &p, i == 4 ? (ACK | PSH) : ACK, S + i * smss, R, T_RCVBUF, smss);
+	*ts_orig = p.tcp.opt.ts_val;
+	quiet_until(h, T0 + SEC - 1);
+	nh_advance(h, T0 + SEC);
+	t_expect(h, &p, ACK, S, R, T_RCVBUF, smss);
+	*ts_rtx = p.tcp.opt.ts_val;
+	assert_true(*ts_rtx > *ts_orig);
+	t_expect_none(h);
+	assert_int_equal(t_info(c).cwnd, smss);
+	return c;
+}
+
+/* RFC 3522 §3.2: the ACK after a timeout echoes the originals' TSval, so the originals got
+ * there and the timeout was spurious: the windows come back and the rest of the flight is
+ * not sent again (without this, slow start would resend segments 3 to 5 as the ACKs of
+ * the originals come in). */
+static void test_rto_spurious_by_timestamp_echo_is_undone(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct fp_event ev;
+	uint32_t ts_orig, ts_rtx;
+	uint64_t sp0 = nh_stats(h).tcp_rto_spurious, rx0 = nh_stats(h).tcp_rexmit;
+	struct fp_tcp_conn *c = eifel_setup(h, &ts_orig, &ts_rtx);
+	uint32_t smss = t_info(c).mss - 12;   /* less the timestamp option */
+	struct t_seg a = { .sport = T_RPORT, .dport = T_LPORT, .flags = ACK, .seq = R,
+			   .ack = S + 2 * smss, .wnd = T_WND,
+			   .opt = { .has_ts = 1, .ts_val = 60, .ts_ecr = ts_orig } };
+
+	t_input(h, &a);
+	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	t_expect_none(h);
+	assert_int_equal(nh_stats(h).tcp_rto_spurious, sp0 + 1);
+	assert_int_equal(nh_stats(h).tcp_rexmit, rx0 + 1);
+	assert_true(t_info(c).cwnd >= 10 * smss);   /* the initial window, and this ACK's growth */
+	/* the rest is acked by the originals too; nothing was resent */
+	a.ack = S + 5 * smss;
+	t_input(h, &a);
+	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	t_expect_none(h);
+	assert_int_equal(nh_stats(h).tcp_rexmit, rx0 + 1);
+	/* and the windows are open: a new flight of 8 segments goes at once */
+	assert_int_equal(fp_tcp_send(h->st, c, t_pat, 8 * smss), 8 * smss);
+	for (unsigned i = 0; i < 8; i++)
+		t_expect(h, &p, i == 7 ? (ACK | PSH) : ACK, S + (5 + i) * smss, R, T_RCVBUF, smss);
+}
+
+/* ... while an echo of the retransmission's own TSval says the original was lost: the
+ * timeout stands, and slow start resends the rest of the flight. */
+static void test_rto_genuine_by_timestamp_echo_stands(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct fp_event ev;
+	uint32_t ts_orig, ts_rtx;
+	uint64_t sp0 = nh_stats(h).tcp_rto_spurious;
+	struct fp_tcp_conn *c = eifel_setup(h, &ts_orig, &ts_rtx);
+	uint32_t smss = t_info(c).mss - 12;   /* less the timestamp option */
+	struct t_seg a = { .sport = T_RPORT, .dport = T_LPORT, .flags = ACK, .seq = R,
+			   .ack = S + smss, .wnd = T_WND,
+			   .opt = { .has_ts = 1, .ts_val = 60, .ts_ecr = ts_rtx } };
+
+	t_input(h, &a);
+	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	t_expect(h, &p, ACK, S + smss, R, T_RCVBUF, smss);
+	t_expect(h, &p, ACK, S + 2 * smss, R, T_RCVBUF, smss);
+	t_expect_none(h);
+	assert_int_equal(nh_stats(h).tcp_rto_spurious, sp0);
+	assert_int_equal(t_info(c).cwnd, 2 * smss);
+}
+
+/* Segments sent since the last look, popped; their payload bytes in *@bytes. */
+static unsigned pop_all(struct nh *h, size_t *bytes)
+{
+	struct nh_pkt p;
+	unsigned n = 0;
+
+	*bytes = 0;
+	while (fp_stack_tx_pending(h->st)) {
+		t_pop(h, &p);
+		*bytes += p.data_len;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * cfg.tx_bufs bounds the segments all conns together hold unacknowledged: a send takes
+ * what fits (counted), -ENOBUFS when nothing does. A refused conn then waits, and the
+ * others leave it a share (8 segments per waiter, at most half the budget) until it has
+ * sent; ACKs give the budget back.
+ */
+static void test_send_budget_is_shared_with_refused_conns(void **state)
+{
+	struct nh *h = *state;
+	struct fp_stack_config cfg = nh_config(h);
+	struct fp_event ev;
+	size_t bytes;
+
+	cfg.rcv_buf = T_RCVBUF;
+	cfg.tx_bufs = 8;
+	t_restart(h, &cfg);
+	struct tcp_test_conn_params pa = t_est(), pb = t_est();
+	pb.rport = T_RPORT + 1;
+	pa.snd_wnd = pb.snd_wnd = 65535;
+	struct fp_tcp_conn *a = t_conn(h, pa), *b = t_conn(h, pb);
+	uint64_t n0 = nh_stats(h).tcp_tx_budget;
+
+	/* a takes the whole budget; b is refused and waits */
+	assert_int_equal(fp_tcp_send(h->st, a, t_pat, 8 * 1460), 8 * 1460);
+	assert_int_equal(pop_all(h, &bytes), 8);
+	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 2 * 1460), -ENOBUFS);
+	assert_int_equal(pop_all(h, &bytes), 0);
+	assert_int_equal(nh_stats(h).tcp_tx_budget, n0 + 1);
+	/* a's ACK frees 8, but a (not waiting) may use only what b's share leaves: 4 */
+	t_send(h, ACK, R, S + 8 * 1460, NULL, 0);
+	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	assert_int_equal(fp_tcp_send(h->st, a, t_pat, 8 * 1460), 4 * 1460);
+	assert_int_equal(pop_all(h, &bytes), 4);
+	assert_int_equal(nh_stats(h).tcp_tx_budget, n0 + 2);
+	/* b, waiting, takes its 2; a is now the one waiting, and b (done) leaves it 4 */
+	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 2 * 1460), 2 * 1460);
+	assert_int_equal(pop_all(h, &bytes), 2);
+	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 1460), -ENOBUFS);
+	/* a takes the rest (2 left); every ACK returns the budget */
+	assert_int_equal(fp_tcp_send(h->st, a, t_pat, 4 * 1460), 2 * 1460);
+	assert_int_equal(pop_all(h, &bytes), 2);
+	t_send(h, ACK, R, S + 14 * 1460, NULL, 0);
+	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	struct t_seg ab = { .sport = T_RPORT + 1, .dport = T_LPORT, .flags = ACK, .seq = R,
+			    .ack = S + 2 * 1460, .wnd = T_WND };
+	t_input(h, &ab);
+	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 4 * 1460), 4 * 1460);
+	assert_int_equal(pop_all(h, &bytes), 4);
+	assert_int_equal(fp_tcp_send(h->st, a, t_pat, 8 * 1460), 4 * 1460);
+	assert_int_equal(pop_all(h, &bytes), 4);
+	/* a conn that goes away gives back what it held, and its wait */
+	fp_tcp_abort(h->st, a);
+	assert_int_equal(pop_all(h, &bytes), 1);                 /* the RST */
+	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 8 * 1460), 4 * 1460);
+}
+
 /* RFC 1122 §4.2.3.5 (R2) / RFC 9293 §3.8.3: after data_retries retransmissions the
  * connection is given up: DEAD -ETIMEDOUT, CLOSED. */
 static void test_data_retries_exhausted_dead_etimedout(void **state)
@@ -2978,6 +3136,9 @@ int main(void)
 		T(test_rto_small_flight_waits_for_peer_delayed_ack),
 		T(test_rto_full_flight_keeps_short_rto),
 		T(test_rto_resends_first_segment_then_slow_starts),
+		T(test_rto_spurious_by_timestamp_echo_is_undone),
+		T(test_rto_genuine_by_timestamp_echo_stands),
+		T(test_send_budget_is_shared_with_refused_conns),
 		T(test_data_retries_exhausted_dead_etimedout),
 		/* closing */
 		T(test_close_in_established_sends_fin),

@@ -168,3 +168,5 @@ void udp_input(struct fp_stack *st, struct fp_mbuf *m, const struct fp_ipv4 *ip)
 int tcp_init(struct fp_stack *st);
 void tcp_destroy(struct fp_stack *st);
 void tcp_input(struct fp_stack *st, struct fp_mbuf *m, const struct fp_ipv4 *ip);
+/* FP_EV_TCP_SENT to the conns waiting for cfg.tx_bufs, in order, as far as it has room. */
+void tcp_tx_wake(struct fp_stack *st);

@@ -222,6 +222,8 @@ void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, ui
 		NET_STAT_ADD(st, rx_bytes, frames[i]->pkt_len);
 		eth_input(st, frames[i]);
 	}
+	if (st->tcp)
+		tcp_tx_wake(st);   /* the ACKs of this batch returned buffers */
 }
 
 /* ---- timers ---- */
@@ -230,7 +232,11 @@ unsigned fp_stack_poll(struct fp_stack *st, uint64_t now_us)
 {
 	if (now_us > st->now_us)
 		st->now_us = now_us;
-	return fp_timer_run(&st->wheel, st->now_us);
+	unsigned n = fp_timer_run(&st->wheel, st->now_us);
+
+	if (st->tcp)
+		tcp_tx_wake(st);   /* conns a timer ended returned buffers */
+	return n;
 }
 
 uint64_t fp_stack_next_us(const struct fp_stack *st) { return fp_timer_next_us(&st->wheel); }

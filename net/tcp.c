@@ -157,12 +157,48 @@ static uint32_t mlist_len(const struct fp_mbuf *m)
 	return n;
 }
 
+/* The queue of conns a send found short of cfg.tx_bufs, woken in order as it refills. */
+static void wait_push(struct tcp_stack *ts, struct fp_tcp_conn *c)
+{
+	c->flags |= TCP_CF_TX_QUEUED;
+	c->wait_next = NULL;
+	*ts->wait_tail = c;
+	ts->wait_tail = &c->wait_next;
+}
+
+static struct fp_tcp_conn *wait_pop(struct tcp_stack *ts)
+{
+	struct fp_tcp_conn *c = ts->wait_head;
+
+	if (c) {
+		if (!(ts->wait_head = c->wait_next))
+			ts->wait_tail = &ts->wait_head;
+		c->flags &= ~TCP_CF_TX_QUEUED;
+	}
+	return c;
+}
+
+/* Out of the queue from anywhere in it: only when a conn goes (rare), so a walk will do. */
+static void wait_unlink(struct tcp_stack *ts, struct fp_tcp_conn *c)
+{
+	for (struct fp_tcp_conn **pp = &ts->wait_head; *pp; pp = &(*pp)->wait_next) {
+		if (*pp == c) {
+			if (!(*pp = c->wait_next))
+				ts->wait_tail = pp;
+			c->flags &= ~TCP_CF_TX_QUEUED;
+			return;
+		}
+	}
+}
+
 /* A conn leaves the sent-data budget's books: its retransmit queue and its wait. */
 static void tx_budget_leave(struct tcp_stack *ts, struct fp_tcp_conn *c)
 {
 	ts->tx_bufs -= mlist_len(c->rtx_head);
 	if (c->flags & TCP_CF_TX_WAIT)
 		ts->tx_waiters--;
+	if (c->flags & TCP_CF_TX_QUEUED)
+		wait_unlink(ts, c);
 }
 
 /* The retransmit and out-of-order queues: what the protocol holds. */
@@ -279,6 +315,7 @@ int tcp_init(struct fp_stack *st)
 		return -ENOMEM;
 	}
 	ts->hmask = TCP_HASH_MIN - 1;
+	ts->wait_tail = &ts->wait_head;
 	ts->cc = &tcp_cc_newreno;
 	ts->rcv_wscale = wscale_for(st->cfg.rcv_buf);
 	st->tcp = ts;
@@ -390,6 +427,8 @@ void fp_stack_tcp_import(struct fp_stack *st, struct fp_tcp_conn *chain)
 		ts->tx_bufs += mlist_len(c->rtx_head);
 		if (c->flags & TCP_CF_TX_WAIT)
 			ts->tx_waiters++;
+		if (c->flags & TCP_CF_TX_QUEUED)
+			wait_push(ts, c);
 		if (c->flags & TCP_CF_LIMITED)
 			ts->n_limited++;
 		if (c->flags & TCP_CF_EMBRYONIC)
@@ -564,9 +603,35 @@ size_t fp_tcp_sendable(const struct fp_stack *st, const struct fp_tcp_conn *c)
 	return nagle_trim(st, c, tcp_send_room(st, c));
 }
 
-/* One segment: a fresh buffer holding a copy of @len bytes, appended to the retransmit
- * queue and transmitted. -ENOBUFS when the pool is empty. */
-static int send_one(struct fp_stack *st, struct fp_tcp_conn *c, const uint8_t *data,
+/* Where a send's bytes come from: a position in an iovec array. */
+struct send_src {
+	const struct iovec *iov;
+	size_t off;                      /* into iov[0] */
+};
+
+/* Copy the next @len bytes to @p, across iovec boundaries. */
+static void src_copy(struct send_src *s, uint8_t *p, uint32_t len)
+{
+	while (len) {
+		size_t k = s->iov->iov_len - s->off;
+		if (k > len)
+			k = len;
+		if (k) {
+			memcpy(p, (const uint8_t *)s->iov->iov_base + s->off, k);
+			p += k;
+			len -= (uint32_t)k;
+			s->off += k;
+		}
+		if (s->off == s->iov->iov_len) {
+			s->iov++;
+			s->off = 0;
+		}
+	}
+}
+
+/* One segment: a fresh buffer holding a copy of the next @len bytes of @src, appended to
+ * the retransmit queue and transmitted. -ENOBUFS when the pool is empty (@src unmoved). */
+static int send_one(struct fp_stack *st, struct fp_tcp_conn *c, struct send_src *src,
 		    uint32_t len, bool push)
 {
 	struct fp_mbuf *m = net_alloc(st);
@@ -576,7 +641,7 @@ static int send_one(struct fp_stack *st, struct fp_tcp_conn *c, const uint8_t *d
 		return -ENOBUFS;
 	}
 	uint8_t *p = fp_mbuf_append(m, len);
-	memcpy(p, data, len);
+	src_copy(src, p, len);
 	struct tcp_mb *mb = tcp_mb(m);
 	memset(mb, 0, sizeof(*mb));
 	mb->seq = c->snd_nxt;
@@ -596,15 +661,30 @@ static int send_one(struct fp_stack *st, struct fp_tcp_conn *c, const uint8_t *d
 }
 
 /*
- * The sent-data budget (cfg.tx_bufs), in segments @c may still queue. When a send finds it
- * spent, the conn waits (TCP_CF_TX_WAIT) and retries; meanwhile the others leave the
- * waiters TX_WAIT_SHARE segments each (up to half the budget). Without that share, the
- * buffers an ACK frees go back at once to the conn the ACK woke, which sends again in the
- * same round, and a refused conn, retrying a round later, finds them gone: with more
- * data in flight than the pool holds, a few conns would starve for as long as the others
- * keep sending (tens of ms for 64 clients of 64 KB files on 4096 frames).
+ * The sent-data budget (cfg.tx_bufs), in segments @c may still queue. A send that finds it
+ * spent takes what fits, and the conn joins a queue; as ACKs return buffers, the queue's
+ * conns get FP_EV_TCP_SENT in order, one per TX_WAIT_SHARE segments come free. Until a
+ * woken conn has sent, the others leave it that share (up to half the budget in all).
+ * Without the share, the buffers an ACK frees go back at once to the conn the ACK woke,
+ * which sends again in the same round, and a conn woken by the budget finds them gone:
+ * with more data in flight than the pool holds, a few conns would starve for as long as
+ * the others keep sending. Without the queue, refused conns could only poll (an -ENOBUFS
+ * retried every round: 64 clients of 1 MB files made 2 million such calls in 3 s, and
+ * served half the requests).
  */
 #define TX_WAIT_SHARE 8
+
+void tcp_tx_wake(struct fp_stack *st)
+{
+	struct tcp_stack *ts = st->tcp;
+	uint32_t avail = ts->tx_bufs < st->cfg.tx_bufs ? st->cfg.tx_bufs - ts->tx_bufs : 0;
+	struct fp_tcp_conn *c;
+
+	if (!ts->wait_head)
+		return;
+	for (uint32_t woken = 0; woken * TX_WAIT_SHARE < avail && (c = wait_pop(ts)); woken++)
+		tcp_event(st, c, FP_EV_TCP_SENT, 0, 0, NULL);
+}
 
 static uint32_t tx_budget(const struct fp_stack *st, const struct fp_tcp_conn *c)
 {
@@ -629,8 +709,13 @@ static void tx_wait_set(struct fp_stack *st, struct fp_tcp_conn *c, bool wait)
 		st->tcp->tx_waiters--;
 }
 
-ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data, size_t len)
+ssize_t fp_tcp_sendv(struct fp_stack *st, struct fp_tcp_conn *c, const struct iovec *iov,
+		     unsigned iovcnt)
 {
+	size_t len = 0;
+
+	for (unsigned i = 0; i < iovcnt; i++)
+		len += iov[i].iov_len;
 	if (c->state == FP_TCP_SYN_SENT || c->state == FP_TCP_SYN_RECEIVED)
 		return -ENOTCONN;
 	if ((c->state != FP_TCP_ESTABLISHED && c->state != FP_TCP_CLOSE_WAIT) ||
@@ -646,12 +731,15 @@ ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data
 	if (short_of_bufs) {
 		NET_STAT_INC(st, tcp_tx_budget);
 		n = budget;
+		if (!(c->flags & TCP_CF_TX_QUEUED))
+			wait_push(st->tcp, c);
 	}
 	tx_wait_set(st, c, short_of_bufs);
+	struct send_src src = { .iov = iov, .off = 0 };
 	size_t done = 0;
 	while (done < n) {
 		uint32_t k = n - done < smss ? (uint32_t)(n - done) : smss;
-		if (send_one(st, c, (const uint8_t *)data + done, k, done + k == n))
+		if (send_one(st, c, &src, k, done + k == n))
 			break;
 		done += k;
 	}
@@ -661,9 +749,16 @@ ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data
 		tcp_rtx_arm(st, c);
 	tcp_persist_check(st, c);
 	tcp_timer_update(st, c);
-	if (done == 0 && (n > 0 || short_of_bufs))
+	if (done == 0 && n > 0)
 		return -ENOBUFS;
 	return (ssize_t)done;
+}
+
+ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data, size_t len)
+{
+	struct iovec v = { .iov_base = (void *)(uintptr_t)data, .iov_len = len };
+
+	return fp_tcp_sendv(st, c, &v, 1);
 }
 
 /* ---- receive ---- */
@@ -751,6 +846,7 @@ void fp_tcp_abort(struct fp_stack *st, struct fp_tcp_conn *c)
 	c->flags &= ~TCP_CF_APP;
 	tcp_set_state(st, c, FP_TCP_CLOSED);
 	tcp_maybe_free(st, c);
+	tcp_tx_wake(st);   /* what it held is free */
 }
 
 int fp_tcp_keepalive(struct fp_stack *st, struct fp_tcp_conn *c, uint32_t idle_us,

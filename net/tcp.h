@@ -172,7 +172,8 @@ static inline struct tcp_mb *tcp_mb(const struct fp_mbuf *m)
 #define TCP_CF_LIMITED    0x10000u /* counted against cfg.max_conns */
 #define TCP_CF_WSCALE     0x20000u /* window scaling negotiated (both SYNs had the option) */
 #define TCP_CF_EIFEL      0x40000u /* an RTO retransmitted; the next ACK tells if it was spurious */
-#define TCP_CF_TX_WAIT    0x80000u /* a send found cfg.tx_bufs spent: served before others */
+#define TCP_CF_TX_WAIT    0x80000u /* a send found cfg.tx_bufs spent: others leave it a share */
+#define TCP_CF_TX_QUEUED  0x100000u /* on the stack's queue of conns to wake as it refills */
 
 /*
  * The control block. Sequence variables are named as in RFC 9293 §3.3.1. Deadlines are
@@ -231,12 +232,13 @@ struct fp_tcp_conn {
 	/* Timestamps (RFC 7323). */
 	uint32_t ts_recent, ts_offset;
 
+	struct fp_tcp_conn *wait_next;   /* the stack's queue of conns short of tx_bufs */
 	uint32_t ka_idle_us, ka_intvl_us;
 	uint32_t retransmits;
 	uint32_t challenge_ms;           /* when the last challenge ACK left (ms clock); 0 none */
 };
 
-/* The budget is 512 bytes per idle established conn: this block (312 bytes on x86-64), its
+/* The budget is 512 bytes per idle established conn: this block (320 bytes on x86-64), its
  * malloc header (8, rounded to 16), and its share of the 4-tuple table (one 8-byte bucket
  * pointer per conn at most two buckets per conn: 8-16). Nothing else is allocated per conn. */
 static_assert(sizeof(struct fp_tcp_conn) <= 320, "keep the control block small");
@@ -280,6 +282,8 @@ struct tcp_stack {
 	uint32_t n_embryonic;            /* passive SYN_RECEIVED conns (the SYN backlog) */
 	uint32_t tx_bufs;                /* buffers in the conns' retransmit queues */
 	uint32_t tx_waiters;             /* conns with TCP_CF_TX_WAIT */
+	struct fp_tcp_conn *wait_head;   /* TCP_CF_TX_QUEUED conns, oldest first */
+	struct fp_tcp_conn **wait_tail;
 	uint16_t port_next;              /* where the ephemeral port search starts */
 	const struct tcp_cc_ops *cc;
 	uint64_t sip_key[2];             /* SipHash key derived from cfg.secret */

@@ -71,20 +71,9 @@ static struct rt_wk *wk_of(struct fp_ctx *ctx) { return ctx->tp; }
 
 static int64_t rt_sendv(struct rt_wk *w, struct fp_call *c)
 {
-	struct fp_tcp_conn *conn = (struct fp_tcp_conn *)c->flow;
-	int64_t total = 0;
-
-	/* IX's sendv: take what the window allows, in order; stop at the first short take so
-	 * the stream never has a hole. An error counts only when nothing was taken. */
-	for (unsigned i = 0; i < c->iovcnt; i++) {
-		ssize_t r = fp_tcp_send(w->st, conn, c->iov[i].iov_base, c->iov[i].iov_len);
-		if (r < 0)
-			return total ? total : r;
-		total += r;
-		if ((size_t)r < c->iov[i].iov_len)
-			break;
-	}
-	return total;
+	/* IX's sendv: take what the window allows, a prefix of the pieces, so the stream
+	 * never has a hole; the stack fills segments across the pieces' boundaries. */
+	return fp_tcp_sendv(w->st, (struct fp_tcp_conn *)c->flow, c->iov, c->iovcnt);
 }
 
 static int64_t rt_connect(struct rt_wk *w, struct fp_call *c)

@@ -26,7 +26,6 @@
 #define WEB_DEFAULT_PORT      80
 #define WEB_DEFAULT_KEEPALIVE 75      /* s, as nginx's keepalive_timeout */
 #define WEB_DEFAULT_SEND      60      /* s, as nginx's send_timeout */
-#define WEB_DEFAULT_UMEM_FRAMES 16384 /* xdp: responses wait in the pool until acked */
 #define WEB_TICK_US           1000000
 #define WEB_DEFAULT_MAX_BYTES (1024ull << 20)
 #define OPT_RT_BASE           FP_RT_OPT_BASE
@@ -85,9 +84,7 @@ static const char usage[] =
 	"      --check           read the root, print what it holds, and exit\n"
 	"  -h, --help            this text\n"
 	"\n"
-	"The files are read once: what changes on disk later is not served until a restart.\n"
-	"With --net xdp, --umem-frames is 16384 here (32 MB a queue), not 4096: a response\n"
-	"stays in the pool until it is acknowledged (64 clients of 64 KB files hold 2900).\n";
+	"The files are read once: what changes on disk later is not served until a restart.\n";
 
 static const struct option own_opts[] = {
 	{ "root", required_argument, NULL, 'r' },
@@ -424,7 +421,6 @@ int main(int argc, char **argv)
 	m.keepalive_s = WEB_DEFAULT_KEEPALIVE;
 	m.send_s = WEB_DEFAULT_SEND;
 	m.max_bytes = WEB_DEFAULT_MAX_BYTES;
-	m.rt.xdp.frames = WEB_DEFAULT_UMEM_FRAMES;
 	parse(&m, argc, argv);
 	if (load(&m))
 		return 1;

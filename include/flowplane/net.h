@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <flowplane/mbuf.h>
 #include <flowplane/pool.h>
@@ -228,11 +229,18 @@ void fp_tcp_set_cookie(struct fp_tcp_conn *c, uint64_t cookie);
  * congestion window allow right now (fp_tcp_sendable), copies it into segments and puts
  * them on the wire; returns the bytes taken (0 when the windows are shut), or -ENOTCONN
  * (not yet established), -EPIPE (we already shut down the sending side or the conn is dead),
- * -ENOBUFS (no buffer for the first segment, or cfg.tx_bufs spent: nothing was taken;
- * retry after freeing some, or in a later round).
+ * -ENOBUFS (no buffer for the first segment: nothing was taken; retry after freeing some).
+ * When cfg.tx_bufs is spent, it takes what fits (maybe 0), and FP_EV_TCP_SENT follows when
+ * buffers come back.
  * When more may be sent, an FP_EV_TCP_SENT follows.
  */
 ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data, size_t len);
+
+/* fp_tcp_send of the concatenation of @iovcnt pieces: segments are filled across the
+ * pieces' boundaries (a piece boundary does not end a segment), and what is taken is a
+ * prefix of the whole. */
+ssize_t fp_tcp_sendv(struct fp_stack *st, struct fp_tcp_conn *c, const struct iovec *iov,
+		     unsigned iovcnt);
 
 /* Bytes fp_tcp_send() would take now. */
 size_t fp_tcp_sendable(const struct fp_stack *st, const struct fp_tcp_conn *c);

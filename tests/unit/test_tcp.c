@@ -2143,11 +2143,11 @@ static unsigned pop_all(struct nh *h, size_t *bytes)
 
 /*
  * cfg.tx_bufs bounds the segments all conns together hold unacknowledged: a send takes
- * what fits (counted), -ENOBUFS when nothing does. A refused conn then waits, and the
- * others leave it a share (8 segments per waiter, at most half the budget) until it has
- * sent; ACKs give the budget back.
+ * what fits (counted), and a conn that got less than it could joins a queue. As ACKs free
+ * buffers, the queue's conns get FP_EV_TCP_SENT in order (one per 8 segments free), and
+ * until a woken conn has sent, the others leave it 8 segments (at most half the budget).
  */
-static void test_send_budget_is_shared_with_refused_conns(void **state)
+static void test_send_budget_wakes_refused_conns_in_order(void **state)
 {
 	struct nh *h = *state;
 	struct fp_stack_config cfg = nh_config(h);
@@ -2159,43 +2159,74 @@ static void test_send_budget_is_shared_with_refused_conns(void **state)
 	t_restart(h, &cfg);
 	struct tcp_test_conn_params pa = t_est(), pb = t_est();
 	pb.rport = T_RPORT + 1;
-	pa.snd_wnd = pb.snd_wnd = 65535;
 	struct fp_tcp_conn *a = t_conn(h, pa), *b = t_conn(h, pb);
 	uint64_t n0 = nh_stats(h).tcp_tx_budget;
 
-	/* a takes the whole budget; b is refused and waits */
+	/* a takes the whole budget; b gets nothing and waits, with no error */
 	assert_int_equal(fp_tcp_send(h->st, a, t_pat, 8 * 1460), 8 * 1460);
 	assert_int_equal(pop_all(h, &bytes), 8);
-	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 2 * 1460), -ENOBUFS);
+	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 2 * 1460), 0);
 	assert_int_equal(pop_all(h, &bytes), 0);
 	assert_int_equal(nh_stats(h).tcp_tx_budget, n0 + 1);
-	/* a's ACK frees 8, but a (not waiting) may use only what b's share leaves: 4 */
+	t_no_event(h);
+	/* a's ACK frees 8: a hears its data was acked, b that it may send */
 	t_send(h, ACK, R, S + 8 * 1460, NULL, 0);
 	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	assert_ptr_equal(ev.conn, a);
+	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	assert_ptr_equal(ev.conn, b);
+	t_no_event(h);
+	/* a, not waiting, may use only what b's share leaves: 4 of the 8, and it waits now */
 	assert_int_equal(fp_tcp_send(h->st, a, t_pat, 8 * 1460), 4 * 1460);
 	assert_int_equal(pop_all(h, &bytes), 4);
 	assert_int_equal(nh_stats(h).tcp_tx_budget, n0 + 2);
-	/* b, waiting, takes its 2; a is now the one waiting, and b (done) leaves it 4 */
+	/* b sends its 2; asking for more, it leaves a its share and queues behind it */
 	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 2 * 1460), 2 * 1460);
 	assert_int_equal(pop_all(h, &bytes), 2);
-	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 1460), -ENOBUFS);
-	/* a takes the rest (2 left); every ACK returns the budget */
-	assert_int_equal(fp_tcp_send(h->st, a, t_pat, 4 * 1460), 2 * 1460);
-	assert_int_equal(pop_all(h, &bytes), 2);
-	t_send(h, ACK, R, S + 14 * 1460, NULL, 0);
+	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 1460), 0);
+	/* a's ACK frees 4 (6 free): one conn is woken, the first in the queue, a */
+	t_send(h, ACK, R, S + 12 * 1460, NULL, 0);
 	t_event(h, &ev, FP_EV_TCP_SENT, 0);
-	struct t_seg ab = { .sport = T_RPORT + 1, .dport = T_LPORT, .flags = ACK, .seq = R,
-			    .ack = S + 2 * 1460, .wnd = T_WND };
-	t_input(h, &ab);
+	assert_ptr_equal(ev.conn, a);
 	t_event(h, &ev, FP_EV_TCP_SENT, 0);
-	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 4 * 1460), 4 * 1460);
-	assert_int_equal(pop_all(h, &bytes), 4);
-	assert_int_equal(fp_tcp_send(h->st, a, t_pat, 8 * 1460), 4 * 1460);
-	assert_int_equal(pop_all(h, &bytes), 4);
-	/* a conn that goes away gives back what it held, and its wait */
+	assert_ptr_equal(ev.conn, a);
+	t_no_event(h);
+	assert_int_equal(fp_tcp_send(h->st, a, t_pat, 8 * 1460), 6 * 1460);
+	assert_int_equal(pop_all(h, &bytes), 6);
+	/* a conn that goes away gives back what it held, and the next in the queue is woken */
 	fp_tcp_abort(h->st, a);
 	assert_int_equal(pop_all(h, &bytes), 1);                 /* the RST */
-	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 8 * 1460), 4 * 1460);
+	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	assert_ptr_equal(ev.conn, b);
+	t_no_event(h);
+	assert_int_equal(fp_tcp_send(h->st, b, t_pat, 8 * 1460), 6 * 1460);
+	assert_int_equal(pop_all(h, &bytes), 6);
+}
+
+/* fp_tcp_sendv: the pieces' boundaries do not end segments (an empty piece included);
+ * a window-limited take is a prefix of the whole, and the next call goes on from it. */
+static void test_sendv_fills_segments_across_pieces(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct tcp_test_conn_params cp = t_est();
+
+	cp.snd_wnd = 2000;
+	struct fp_tcp_conn *c = t_conn(h, cp);
+	struct iovec v[4] = { { (void *)t_pat, 3 }, { NULL, 0 }, { (void *)(t_pat + 3), 2000 },
+			      { (void *)(t_pat + 2003), 5 } };
+
+	assert_int_equal(fp_tcp_sendv(h->st, c, v, 4), 2000);
+	t_expect(h, &p, ACK, S, R, T_RCVBUF, 1460);
+	assert_memory_equal(p.data, t_pat, 1460);
+	t_expect(h, &p, ACK | PSH, S + 1460, R, T_RCVBUF, 540);
+	assert_memory_equal(p.data, t_pat + 1460, 540);
+	t_expect_none(h);
+	t_send(h, ACK, R, S + 2000, NULL, 0);
+	struct iovec rest[2] = { { (void *)(t_pat + 2000), 3 }, { (void *)(t_pat + 2003), 5 } };
+	assert_int_equal(fp_tcp_sendv(h->st, c, rest, 2), 8);
+	t_expect(h, &p, ACK | PSH, S + 2000, R, T_RCVBUF, 8);
+	assert_memory_equal(p.data, t_pat + 2000, 8);
 }
 
 /* RFC 1122 §4.2.3.5 (R2) / RFC 9293 §3.8.3: after data_retries retransmissions the
@@ -3138,7 +3169,8 @@ int main(void)
 		T(test_rto_resends_first_segment_then_slow_starts),
 		T(test_rto_spurious_by_timestamp_echo_is_undone),
 		T(test_rto_genuine_by_timestamp_echo_stands),
-		T(test_send_budget_is_shared_with_refused_conns),
+		T(test_send_budget_wakes_refused_conns_in_order),
+		T(test_sendv_fills_segments_across_pieces),
 		T(test_data_retries_exhausted_dead_etimedout),
 		/* closing */
 		T(test_close_in_established_sends_fin),

@@ -609,16 +609,31 @@ struct send_src {
 	size_t off;                      /* into iov[0] */
 };
 
-/* Copy the next @len bytes to @p, across iovec boundaries. */
-static void src_copy(struct send_src *s, uint8_t *p, uint32_t len)
+/* Copy the next @len bytes to @p, across iovec boundaries; returns their running sum. A
+ * piece that cfg.csum_index maps has its sum looked up rather than computed. */
+static uint32_t src_copy(struct fp_stack *st, struct send_src *s, uint8_t *p, uint32_t len)
 {
+	const struct fp_csum_index *ix = st->cfg.csum_index;
+	uint8_t *start = p;
+	uint32_t sum = 0, at = 0;
+
 	while (len) {
 		size_t k = s->iov->iov_len - s->off;
 		if (k > len)
 			k = len;
 		if (k) {
-			memcpy(p, (const uint8_t *)s->iov->iov_base + s->off, k);
+			const uint8_t *from = (const uint8_t *)s->iov->iov_base + s->off;
+			memcpy(p, from, k);
+			if (ix) {
+				const struct fp_csum_map *m = fp_csum_index_find(ix, from, k);
+				uint32_t part = m ? fp_csum_map_sum(m, (size_t)(from - m->data), k)
+						  : fp_csum_partial(p, k, 0);
+				if (m)
+					NET_STAT_ADD(st, tcp_tx_presummed, k);
+				sum = fp_csum_combine(sum, part, at);
+			}
 			p += k;
+			at += (uint32_t)k;
 			len -= (uint32_t)k;
 			s->off += k;
 		}
@@ -627,6 +642,7 @@ static void src_copy(struct send_src *s, uint8_t *p, uint32_t len)
 			s->off = 0;
 		}
 	}
+	return ix ? sum : fp_csum_partial(start, at, 0);
 }
 
 /* One segment: a fresh buffer holding a copy of the next @len bytes of @src, appended to
@@ -641,13 +657,13 @@ static int send_one(struct fp_stack *st, struct fp_tcp_conn *c, struct send_src 
 		return -ENOBUFS;
 	}
 	uint8_t *p = fp_mbuf_append(m, len);
-	src_copy(src, p, len);
+	uint32_t psum = src_copy(st, src, p, len);
 	struct tcp_mb *mb = tcp_mb(m);
 	memset(mb, 0, sizeof(*mb));
 	mb->seq = c->snd_nxt;
 	mb->len = (uint16_t)len;
 	mb->off = m->data_off;
-	mb->psum = fp_csum_partial(p, len, 0);
+	mb->psum = psum;
 	mb->flags = push ? TCP_MB_PSH : 0;
 	if (c->rtx_tail)
 		tcp_mb(c->rtx_tail)->next = m;

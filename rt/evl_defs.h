@@ -27,11 +27,13 @@
 
 struct evl_chunk {
 	struct evl_chunk *next;
-	uint32_t len;                    /* bytes filled */
-	uint32_t pad;
-	uint8_t data[EVL_CHUNK_DATA];
+	uint32_t len;                    /* bytes filled (a reference: its length) */
+	uint32_t ref;                    /* a reference (fp_evl_write_ref): data holds only
+					  * the address of its bytes, and the chunk is small */
+	uint8_t data[];                  /* EVL_CHUNK_DATA bytes (a reference: a pointer) */
 };
-static_assert(sizeof(struct evl_chunk) == EVL_CHUNK_BYTES, "one chunk is one malloc size class");
+static_assert(sizeof(struct evl_chunk) + EVL_CHUNK_DATA == EVL_CHUNK_BYTES,
+	      "one chunk is one malloc size class");
 
 enum evl_state {
 	EVL_CONNECTING = 0,              /* fp_connect queued, no flow yet */

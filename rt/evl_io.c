@@ -108,19 +108,51 @@ static struct evl_chunk *evl_chunk_get(struct fp_evl *evl)
 	if (ch) {
 		evl->free_chunks = ch->next;
 		evl->n_free_chunks--;
-	} else if (!(ch = malloc(sizeof(*ch)))) {
+	} else if (!(ch = malloc(EVL_CHUNK_BYTES))) {
 		return NULL;
 	}
 	ch->next = NULL;
 	ch->len = 0;
+	ch->ref = 0;
 	return ch;
+}
+
+/* A reference chunk: the header and a pointer, not a whole chunk. */
+#define EVL_REF_CHUNK_BYTES (sizeof(struct evl_chunk) + sizeof(const uint8_t *))
+
+static struct evl_chunk *evl_ref_chunk(const uint8_t *p, uint32_t len)
+{
+	struct evl_chunk *ch = malloc(EVL_REF_CHUNK_BYTES);
+
+	if (ch) {
+		ch->next = NULL;
+		ch->len = len;
+		ch->ref = 1;
+		memcpy(ch->data, &p, sizeof(p));
+	}
+	return ch;
+}
+
+/* The bytes a chunk holds or names. */
+static const uint8_t *evl_chunk_bytes(const struct evl_chunk *ch)
+{
+	const uint8_t *p;
+
+	if (!ch->ref)
+		return ch->data;
+	memcpy(&p, ch->data, sizeof(p));
+	return p;
 }
 
 static void evl_chunk_put(struct fp_evl *evl, struct evl_chunk *ch)
 {
+	if (ch->ref) {
+		free(ch);
+		return;
+	}
 	if (evl->n_free_chunks >= EVL_FREE_CHUNKS) {
 		free(ch);
-		evl->freed_since_trim += sizeof(*ch);
+		evl->freed_since_trim += EVL_CHUNK_BYTES;
 		return;
 	}
 	ch->next = evl->free_chunks;
@@ -145,10 +177,11 @@ void evl_conn_io_free(struct fp_evl_conn *c)
 
 	for (ch = c->head; ch; ch = next) {
 		next = ch->next;
+		if (!ch->ref)
+			c->evl->out_total -= ch->len - (ch == c->head ? c->head_off : 0);
 		evl_chunk_put(c->evl, ch);
 	}
 	c->head = c->tail = NULL;
-	c->evl->out_total -= c->pending;
 	c->pending = 0;
 	free(c->rx);
 	free(c->hold);
@@ -167,7 +200,8 @@ static void evl_out_advance(struct fp_evl_conn *c, size_t n)
 
 		c->head_off += take;
 		c->pending -= take;
-		c->evl->out_total -= take;
+		if (!ch->ref)
+			c->evl->out_total -= take;   /* a reference holds no memory */
 		n -= take;
 		if (c->head_off == ch->len) {
 			c->head = ch->next;
@@ -184,7 +218,8 @@ static int evl_out_append(struct fp_evl_conn *c, const uint8_t *p, size_t len)
 {
 	struct fp_evl *evl = c->evl;
 	struct evl_chunk *first = NULL, **link = &first, *ch;
-	size_t room = c->tail ? EVL_CHUNK_DATA - c->tail->len : 0;
+	bool tail_open = c->tail && !c->tail->ref;
+	size_t room = tail_open ? EVL_CHUNK_DATA - c->tail->len : 0;
 
 	/* Get every chunk first, so that a failure leaves the queue as it was. */
 	for (size_t need = len > room ? len - room : 0; need;
@@ -202,7 +237,7 @@ static int evl_out_append(struct fp_evl_conn *c, const uint8_t *p, size_t len)
 		c->tail->next = first;
 	else
 		c->head = first;
-	for (ch = c->tail ? c->tail : first; len; ch = ch->next) {
+	for (ch = tail_open ? c->tail : first; len; ch = ch->next) {
 		uint32_t n = EVL_CHUNK_DATA - ch->len;
 
 		if (n > len)
@@ -258,7 +293,7 @@ static size_t evl_iov_fill(const struct fp_evl_conn *c, struct iovec *iov, unsig
 	for (unsigned i = 0; i < n; i++, ch = ch->next) {
 		uint32_t off = i == 0 ? c->head_off : 0;
 
-		iov[i].iov_base = (void *)(uintptr_t)(ch->data + off);
+		iov[i].iov_base = (void *)(uintptr_t)(evl_chunk_bytes(ch) + off);
 		iov[i].iov_len = ch->len - off;
 		total += ch->len - off;
 	}
@@ -330,7 +365,38 @@ void evl_ret_sendv(struct fp_evl_conn *c, int64_t ret)
 		evl_mark_dirty(c);
 }
 
-int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len)
+/* Queue a reference to @len bytes at @p (in pieces of at most 1 GB); all or nothing. */
+static int evl_out_append_ref(struct fp_evl_conn *c, const uint8_t *p, size_t len)
+{
+	struct evl_chunk *first = NULL, *last = NULL, *ch;
+	size_t total = len;
+
+	for (size_t k; len; p += k, len -= k) {
+		k = len < (1u << 30) ? len : (1u << 30);
+		if (!(ch = evl_ref_chunk(p, (uint32_t)k))) {
+			while ((ch = first)) {
+				first = ch->next;
+				free(ch);
+			}
+			return -ENOBUFS;
+		}
+		if (last)
+			last->next = ch;
+		else
+			first = ch;
+		last = ch;
+	}
+	if (c->tail)
+		c->tail->next = first;
+	else
+		c->head = first;
+	c->tail = last;
+	c->pending += total;
+	return 0;
+}
+
+/* fp_evl_write and fp_evl_write_ref: the checks, then the copy or the reference. */
+static int evl_write(struct fp_evl_conn *c, const void *data, size_t len, bool ref)
 {
 	struct fp_evl *evl = c->evl;
 	int rc;
@@ -349,12 +415,12 @@ int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len)
 	/* Past the worker's share of the output budget, a connection whose output is not
 	 * draining gets no more (it stops reading, as memcached's does); one whose output is
 	 * empty may still have one answer, so a client that reads is always served. */
-	if (evl->out_budget && c->pending && evl->out_total + len > evl->out_budget) {
+	if (!ref && evl->out_budget && c->pending && evl->out_total + len > evl->out_budget) {
 		c->out_full = true;
 		evl->out_refused++;
 		return -ENOBUFS;
 	}
-	if ((rc = evl_out_append(c, data, len))) {
+	if ((rc = ref ? evl_out_append_ref(c, data, len) : evl_out_append(c, data, len))) {
 		c->out_full = c->pending > 0;
 		return rc;
 	}
@@ -362,6 +428,16 @@ int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len)
 	if (!evl->in_handle)
 		evl_flush_dirty(evl);   /* from a timer: executed right after the timer pass */
 	return 0;
+}
+
+int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len)
+{
+	return evl_write(c, data, len, false);
+}
+
+int fp_evl_write_ref(struct fp_evl_conn *c, const void *data, size_t len)
+{
+	return evl_write(c, data, len, true);
 }
 
 size_t fp_evl_pending(const struct fp_evl_conn *c) { return c->pending; }

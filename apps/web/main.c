@@ -27,6 +27,7 @@
 #define WEB_DEFAULT_KEEPALIVE 75      /* s, as nginx's keepalive_timeout */
 #define WEB_DEFAULT_SEND      60      /* s, as nginx's send_timeout */
 #define WEB_TICK_US           1000000
+#define WEB_REF_MIN           2048    /* a site piece this long is sent by reference */
 #define WEB_DEFAULT_MAX_BYTES (1024ull << 20)
 #define OPT_RT_BASE           FP_RT_OPT_BASE
 
@@ -289,14 +290,21 @@ static void *web_accept(struct fp_evl_conn *c, void *larg)
 	return wc;
 }
 
-/* Write the response whole. -1 when the connection cannot take it (it is aborted). */
+/* Write the response whole: the site's own pieces (headers built at start, bodies) by
+ * reference when they are big enough for that to beat a copy, so a body goes from where
+ * it was read to the segments, whose checksums the stack looks up (web_site_csum). -1
+ * when the connection cannot take it (it is aborted). */
 static int put(struct fp_evl_conn *c, const struct web_resp *o)
 {
-	for (unsigned i = 0; i < o->n; i++)
-		if (fp_evl_write(c, o->iov[i].iov_base, o->iov[i].iov_len)) {
+	for (unsigned i = 0; i < o->n; i++) {
+		const struct iovec *v = &o->iov[i];
+		bool ref = (o->fixed >> i & 1) && v->iov_len >= WEB_REF_MIN;
+		if (ref ? fp_evl_write_ref(c, v->iov_base, v->iov_len)
+			: fp_evl_write(c, v->iov_base, v->iov_len)) {
 			fp_evl_abort(c);   /* a half-written response cannot stand */
 			return -1;
 		}
+	}
 	return 0;
 }
 
@@ -424,6 +432,7 @@ int main(int argc, char **argv)
 	parse(&m, argc, argv);
 	if (load(&m))
 		return 1;
+	m.rt.stack.csum_index = web_site_csum(m.site);   /* xdp: bodies are not summed again */
 	if (m.check) {
 		web_site_free(m.site);
 		return 0;

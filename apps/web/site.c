@@ -45,6 +45,7 @@ struct web_site {
 	struct entry *e;
 	size_t n, cap;
 	uint32_t *ht, mask;          /* entry index + 1; 0 empty */
+	struct fp_csum_index csum;   /* every body's */
 	size_t bytes, max_bytes, skipped;
 	char *err;
 	size_t errlen;
@@ -261,6 +262,16 @@ static int index_entries(struct web_site *s)
 	return 0;
 }
 
+/* The bodies' checksums, once: a response's segments then need no summing of its body. */
+static int sum_bodies(struct web_site *s)
+{
+	for (size_t k = 0; k < s->n; k++)
+		if (fp_csum_index_add(&s->csum, s->e[k].body, s->e[k].body_len))
+			return fail(s, "out of memory for the checksums of %zu files", s->n);
+	fp_csum_index_seal(&s->csum);
+	return 0;
+}
+
 struct web_site *web_site_load(const char *root, size_t max_bytes, char *err, size_t errlen)
 {
 	struct web_site *s = calloc(1, sizeof(*s));
@@ -274,7 +285,7 @@ struct web_site *web_site_load(const char *root, size_t max_bytes, char *err, si
 	s->max_bytes = max_bytes;
 	if (!realpath(root, s->root)) {
 		fail(s, "the root %s: %s", root, strerror(errno));
-	} else if (!walk(s, s->root, "", 0) && !index_entries(s)) {
+	} else if (!walk(s, s->root, "", 0) && !index_entries(s) && !sum_bodies(s)) {
 		return s;
 	}
 	web_site_free(s);
@@ -293,8 +304,11 @@ void web_site_free(struct web_site *s)
 	}
 	free(s->e);
 	free(s->ht);
+	fp_csum_index_free(&s->csum);
 	free(s);
 }
+
+const struct fp_csum_index *web_site_csum(const struct web_site *s) { return &s->csum; }
 
 size_t web_site_largest(const struct web_site *s)
 {
@@ -337,7 +351,7 @@ static const char *reason(int status)
 
 static void piece(struct web_resp *o, const void *p, size_t n)
 {
-	o->iov[o->n].iov_base = (void *)p;
+	o->iov[o->n].iov_base = (void *)(uintptr_t)p;
 	o->iov[o->n].iov_len = n;
 	o->n++;
 	o->bytes += n;
@@ -467,13 +481,17 @@ void web_respond(const struct web_site *s, const struct web_req *r, int status,
 	}
 	if (not_modified(e, r)) {
 		frame(o, 304, close, date, scratch);
+		o->fixed |= 1u << o->n;
 		piece(o, e->h304, e->h304_len);
 		end_head(o, ka10, scratch);
 		return;
 	}
 	frame(o, 200, close, date, scratch);
+	o->fixed |= 1u << o->n;
 	piece(o, e->h200, e->h200_len);
 	end_head(o, ka10, scratch);
-	if (!head && e->body_len)
+	if (!head && e->body_len) {
+		o->fixed |= 1u << o->n;
 		piece(o, e->body, e->body_len);
+	}
 }

@@ -7,6 +7,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include <flowplane/cksum.h>
+
 /*
  * Two parts usable without the runtime (tests and fuzzers link them alone):
  *
@@ -80,6 +82,8 @@ struct web_site_info {
  * inside it), at most @max_bytes in all. NULL with one line in @err. */
 struct web_site *web_site_load(const char *root, size_t max_bytes, char *err, size_t errlen);
 void web_site_free(struct web_site *s);
+/* Precomputed checksums of every body (Sandstorm): for the stack's csum_index. */
+const struct fp_csum_index *web_site_csum(const struct web_site *s);
 void web_site_get_info(const struct web_site *s, struct web_site_info *info);
 /* The largest 200 response's header lines and body: the output must hold one. */
 size_t web_site_largest(const struct web_site *s);
@@ -92,6 +96,8 @@ struct web_resp {
 	bool close;                  /* close after it */
 	unsigned n;
 	struct iovec iov[4];
+	unsigned fixed;              /* bit i: iov[i] is the site's, unchanged while it lives
+				      * (may be sent by reference); else the scratch's */
 	size_t bytes;
 };
 

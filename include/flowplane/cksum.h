@@ -56,3 +56,41 @@ static inline uint16_t fp_csum_update32(uint16_t csum, uint32_t old, uint32_t ne
 	s += (new_ & 0xffff) + (new_ >> 16);
 	return fp_csum_fold(s);
 }
+
+/*
+ * Sums of data that never changes, computed once (Sandstorm's pre-packaged checksums):
+ * the running sum of any range of it costs at most 2 * FP_CSUM_MAP_STEP bytes summed
+ * instead of the whole range. @at[k] is the sum of data[0, k * STEP) modulo 65535, with
+ * bytes weighed by their offset from @data (RFC 1071 §2(B): a range that starts at an odd
+ * offset is the byte-swapped sum). 2 bytes of table per 64 of data.
+ */
+#define FP_CSUM_MAP_STEP 64
+
+struct fp_csum_map {
+	const uint8_t *data;
+	size_t len;
+	uint16_t *at;
+};
+
+/* Build @m over @data (which must stay unchanged while @m is used). 0 or -ENOMEM. */
+int fp_csum_map_init(struct fp_csum_map *m, const void *data, size_t len);
+void fp_csum_map_free(struct fp_csum_map *m);
+
+/* A running sum congruent to fp_csum_partial(m->data + off, len, 0): the same checksum
+ * once added to a nonzero header's sum and folded. @off + @len <= m->len. */
+uint32_t fp_csum_map_sum(const struct fp_csum_map *m, size_t off, size_t len);
+
+/* A set of maps found by address: what a transmit path consults for each piece it sends. */
+struct fp_csum_index {
+	struct fp_csum_map *maps;    /* sorted by data once sealed */
+	size_t n, cap;
+	int sealed;
+};
+
+/* Add a map over @data (0 or -ENOMEM; empty data is skipped), then seal before finding. */
+int fp_csum_index_add(struct fp_csum_index *ix, const void *data, size_t len);
+void fp_csum_index_seal(struct fp_csum_index *ix);
+/* The map whose data holds all of [p, p + len), or NULL. */
+const struct fp_csum_map *fp_csum_index_find(const struct fp_csum_index *ix, const void *p,
+					     size_t len);
+void fp_csum_index_free(struct fp_csum_index *ix);

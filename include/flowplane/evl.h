@@ -119,6 +119,12 @@ struct fp_evl_conn *fp_evl_connect(struct fp_evl *evl, uint32_t addr, uint16_t p
 /* Copy @len bytes into @c's output. 0, -ENOBUFS (over max_pending: nothing written; what
  * read leaves is shown again when the output moves) or -EPIPE (closing or dead). */
 int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len);
+/* The same without the copy: @data is sent from where it is, so it must stay unchanged
+ * and mapped until the connection is released (an application's immutable content, as a
+ * web server's files read at start). It counts in max_pending, not in max_total_pending
+ * (it holds no memory of the loop's). Where the stack can see a precomputed checksum of
+ * it (fp_stack_config.csum_index), segments carrying it are not summed again. */
+int fp_evl_write_ref(struct fp_evl_conn *c, const void *data, size_t len);
 size_t fp_evl_pending(const struct fp_evl_conn *c);       /* bytes not yet taken */
 /* What fp_evl_write() would take from @c now: its own cap, and on a connection whose
  * output is not empty, what is left of the worker's share of max_total_pending (an

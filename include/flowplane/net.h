@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <flowplane/cksum.h>
 #include <flowplane/mbuf.h>
 #include <flowplane/pool.h>
 #include <flowplane/wire.h>
@@ -73,6 +74,9 @@ struct fp_stack_config {
 	uint32_t rcv_buf;            /* bytes of receive buffer (window) per connection */
 	uint32_t ooo_max;            /* bytes of out-of-order data kept per connection
 				      * (default rcv_buf / 2) */
+	const struct fp_csum_index *csum_index; /* content whose checksums are precomputed
+				      * (cksum.h): a segment's payload taken from it is not
+				      * summed again (Sandstorm); NULL = sum everything */
 	uint32_t tx_bufs;            /* buffers TCP may hold as sent, unacknowledged data, all
 				      * conns together (default half the pool): the rest stays
 				      * free for receiving, so the ACKs that free them can come
@@ -312,7 +316,7 @@ void fp_tcp_info(const struct fp_tcp_conn *c, struct fp_tcp_info *out);
 	X(tcp_challenge_ack) X(tcp_challenge_ack_skip) X(tcp_rexmit) X(tcp_rto) X(tcp_rto_spurious) X(tcp_fast_rexmit) \
 	X(tcp_dup_seg) \
 	X(tcp_ooo_seg) X(tcp_ooo_drop) X(tcp_out_of_window) X(tcp_zero_window_probe) \
-	X(tcp_keepalive_tx) X(tcp_timeout) X(tcp_nobufs) X(tcp_tx_budget) \
+	X(tcp_keepalive_tx) X(tcp_timeout) X(tcp_nobufs) X(tcp_tx_budget) X(tcp_tx_presummed) \
 	X(nobufs)
 
 struct fp_net_stats {

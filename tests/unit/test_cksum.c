@@ -169,6 +169,65 @@ static void split_sums(void **state)
 	}
 }
 
+/* A map's sum of any range, odd offsets and lengths included, checksums as the range's own
+ * sum does once a nonzero header sum is added (the two may differ only as 0 and 0xffff,
+ * one's complement's two zeros); data of all 0xff and all 0 bytes meets those corners. */
+static void map_sums_equal_direct_sums(void **state)
+{
+	(void)state;
+	uint64_t seed = fp_test_seed() ^ 2;
+	static uint8_t buf[5000];
+	struct fp_csum_map m;
+
+	for (int fill = 0; fill < 3; fill++) {
+		for (size_t i = 0; i < sizeof(buf); i++)
+			buf[i] = fill == 0 ? (uint8_t)fp_test_rand(&seed) : fill == 1 ? 0xff : 0;
+		size_t len = fill == 0 ? sizeof(buf) : sizeof(buf) - 7;
+		assert_int_equal(fp_csum_map_init(&m, buf, len), 0);
+		for (int iter = 0; iter < 20000; iter++) {
+			size_t off = fp_test_below(&seed, len + 1);
+			size_t n = fp_test_below(&seed, len - off + 1);
+			if (iter < 3)
+				off = iter == 2 ? len : 0, n = iter == 1 ? len : 0;
+			uint32_t h = 0x1234 + (uint32_t)(iter & 0xff);
+			uint32_t want = fp_csum_fold(fp_csum_combine(h, fp_csum_partial(buf + off, n, 0), 20));
+			uint32_t got = fp_csum_fold(fp_csum_combine(h, fp_csum_map_sum(&m, off, n), 20));
+			if (got != want)
+				print_error("fill %d off %zu len %zu: %#x != %#x\n", fill, off, n, got, want);
+			assert_int_equal(got, want);
+		}
+		fp_csum_map_free(&m);
+	}
+}
+
+/* An index finds the map holding a whole range, and nothing for a range that leaves it,
+ * lies between maps, or before the first; nothing until sealed. */
+static void index_finds_the_holding_map(void **state)
+{
+	(void)state;
+	static uint8_t area[1000];
+	struct fp_csum_index ix = { 0 };
+
+	assert_int_equal(fp_csum_index_add(&ix, area + 500, 100), 0);
+	assert_int_equal(fp_csum_index_add(&ix, area + 100, 100), 0);
+	assert_int_equal(fp_csum_index_add(&ix, area + 300, 0), 0);      /* skipped */
+	assert_int_equal(fp_csum_index_add(&ix, area + 700, 300), 0);
+	assert_null(fp_csum_index_find(&ix, area + 150, 10));
+	fp_csum_index_seal(&ix);
+	assert_int_equal(ix.n, 3);
+	const struct fp_csum_map *m = fp_csum_index_find(&ix, area + 150, 10);
+	assert_non_null(m);
+	assert_ptr_equal(m->data, area + 100);
+	assert_ptr_equal(fp_csum_index_find(&ix, area + 100, 100)->data, area + 100);
+	assert_ptr_equal(fp_csum_index_find(&ix, area + 999, 1)->data, area + 700);
+	assert_null(fp_csum_index_find(&ix, area + 150, 51));             /* leaves it */
+	assert_null(fp_csum_index_find(&ix, area + 250, 10));             /* between */
+	assert_null(fp_csum_index_find(&ix, area + 50, 10));              /* before */
+	assert_null(fp_csum_index_find(&ix, area + 650, 60));             /* across a gap */
+	fp_csum_index_free(&ix);
+	assert_null(fp_csum_index_find(&ix, area + 150, 10));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -178,6 +237,8 @@ int main(void)
 		cmocka_unit_test(incremental_on_header),
 		cmocka_unit_test(incremental_random),
 		cmocka_unit_test(split_sums),
+		cmocka_unit_test(map_sums_equal_direct_sums),
+		cmocka_unit_test(index_finds_the_holding_map),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,6 +41,8 @@ struct fp_flow {
 	uint8_t *out;               /* everything sendv took, in order */
 	size_t out_len;
 	unsigned sendvs;
+	const uint8_t *ref_lo, *ref_hi; /* sendv pieces from here are counted in ref_iovs */
+	unsigned ref_iovs;
 	struct fp_mbuf *rx[MAX_RX]; /* received, not yet recv_done'd */
 	uint32_t rx_left[MAX_RX];   /* bytes of rx[i] not yet covered */
 	unsigned rx_n;
@@ -120,6 +122,9 @@ static int64_t fake_sendv(struct fp_flow *fl, const struct iovec *iov, unsigned 
 
 		assert_true(fl->out_len + k <= OUT_CAP);
 		memcpy(fl->out + fl->out_len, iov[i].iov_base, k);
+		if (fl->ref_lo && (const uint8_t *)iov[i].iov_base >= fl->ref_lo &&
+		    (const uint8_t *)iov[i].iov_base < fl->ref_hi)
+			fl->ref_iovs++;
 		fl->out_len += k;
 		fl->window -= (uint32_t)k;
 		took += k;
@@ -526,6 +531,52 @@ static void test_partial_sendv_preserves_order(void **state)
 	}
 	assert_int_equal(fl->out_len, sizeof(data));
 	assert_memory_equal(fl->out, data, sizeof(data));
+	assert_int_equal(fp_evl_pending(f->conn), 0);
+}
+
+/* References and copies mix in one output, in order, across partial sendvs: a reference
+ * goes out from where it lies (an iovec into it), counts as pending and not as memory
+ * held, and after a copy that filled part of a chunk the next copy does not write into
+ * the reference. */
+static void test_write_ref_mixed_with_copies(void **state)
+{
+	struct fake *f = *state;
+	const uint32_t W = 1500;
+	struct fp_flow *fl = accepted(f, 0);
+	static uint8_t data[60000];
+	uint64_t seed = 9;
+	size_t off = 0;
+
+	fill(data, sizeof(data), 3);
+	fl->ref_lo = data;
+	fl->ref_hi = data + sizeof(data);
+	for (int i = 0; off < sizeof(data); i++) {
+		size_t n = 1 + fp_test_below(&seed, i % 5 == 0 ? 20000 : 700);
+		if (n > sizeof(data) - off)
+			n = sizeof(data) - off;
+		size_t held = fp_evl_out_total(fp_evl_of(f->conn));
+		if (i % 2) {
+			assert_int_equal(fp_evl_write_ref(f->conn, data + off, n), 0);
+			assert_int_equal(fp_evl_out_total(fp_evl_of(f->conn)), held);
+		} else {
+			assert_int_equal(fp_evl_write(f->conn, data + off, n), 0);
+			assert_int_equal(fp_evl_out_total(fp_evl_of(f->conn)), held + n);
+		}
+		off += n;
+	}
+	assert_int_equal(fp_evl_pending(f->conn), sizeof(data));
+	settle(f);
+	for (int i = 0; i < 1000 && fl->out_len < sizeof(data); i++) {
+		ack(f, fl, W);
+		settle(f);
+	}
+	assert_int_equal(fl->out_len, sizeof(data));
+	assert_memory_equal(fl->out, data, sizeof(data));
+	assert_int_equal(fp_evl_pending(f->conn), 0);
+	assert_int_equal(fp_evl_out_total(fp_evl_of(f->conn)), 0);
+	assert_true(fl->ref_iovs > 0);
+	/* a reference over max_pending is refused whole, as a copy is */
+	assert_int_equal(fp_evl_write_ref(f->conn, data, 70 * 1024), -ENOBUFS);
 	assert_int_equal(fp_evl_pending(f->conn), 0);
 }
 
@@ -1138,6 +1189,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_split_request_contiguous, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_partial_sendv_preserves_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_enobufs_over_max_pending, setup, teardown),
+
+		cmocka_unit_test_setup_teardown(test_write_ref_mixed_with_copies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eof_drains_then_closes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_reports_status, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_with_sendv_in_flight, setup, teardown),

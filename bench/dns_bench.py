@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""fp-dns against NSD: the same zone, the same queries, dnsperf as the client (issue 20).
+"""fp-dns against NSD and Knot: the same zone, the same queries, dnsperf as the client (issue 20).
 
 On the standard topology (tools/netns.py) the server namespace runs, one at a time and
 pinned to --server-cpu (0),
 
     nsd        NSD 4.6, one server process (server-count 1), rate limiting off, on
                Linux sockets (10.88.0.11)
+    knot       Knot DNS 3.2, one UDP, one TCP and one background worker, no response rate
+               limiting (not configured), on Linux sockets (10.88.0.11)
     fp-kernel  fp-dns on flowplane's kernel transport (io_uring, 10.88.0.11)
     fp-xdp     fp-dns on flowplane's own stack over AF_XDP (10.88.0.1)
 
@@ -13,8 +15,8 @@ and the client namespace runs the field's own clients from Debian, not flowplane
 to --client-cpu (1): Knot's kxdpgun (AF_XDP, knot-dnsutils) and dnsperf 2.10. For each
 zone size (--zones: 1, 1,000 and 100,000 names; each name an A record, the apex its SOA
 and NS) the queries are A questions for names drawn uniformly from the zone (seeded). The
-servers are measured in interleaved rounds (nsd, fp-kernel, fp-xdp, then again; --rounds,
-default 3). In each round, per server and zone:
+servers are measured in interleaved rounds (nsd, knot, fp-kernel, fp-xdp, then again;
+--rounds, default 3). In each round, per server and zone:
 
   0. saturation under kxdpgun: it offers --gun-qps (2M) from the client's veth through
      AF_XDP, without Linux's UDP stack on the client side, so the server saturates
@@ -27,15 +29,17 @@ default 3). In each round, per server and zone:
      round's NSD saturation (the same rates for every server), with -v: every answer's
      latency, from which p50, p99 and p99.9; queries lost count as a failed point.
 
-Steal time (/proc/stat) is recorded over every run. Each figure is reported as the median
-over rounds with its min-max; a ratio against NSD is computed within a round and called a
-win or a loss only when its whole range is on one side of 1, else "within noise".
+Steal time (/proc/stat) is recorded over every run, and the client core's busy share (a
+client near 100% measures itself, not the server). Each figure is reported as the median
+over rounds with its min-max; a ratio against NSD (and against Knot) is computed within a
+round and called a win or a loss only when its whole range is on one side of 1, else
+"within noise".
 Writes OUT/runs.json (every run), OUT/summary.json, OUT/summary.md, OUT/dns.png.
 
 dnsperf paces -Q evenly (not Poisson) and reports no send slip of its own; a point whose
 achieved rate is under 97% of the target is marked invalid (the client fell behind).
 
-Without root (--loopback): nsd and fp-kernel on 127.0.0.1, no namespaces, no AF_XDP.
+Without root (--loopback): nsd, knot and fp-kernel on 127.0.0.1, no namespaces, no AF_XDP.
 """
 import argparse
 import json
@@ -56,7 +60,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo  # noqa: E402
 
-SERVERS = ("nsd", "fp-kernel", "fp-xdp")
+SERVERS = ("nsd", "knot", "fp-kernel", "fp-xdp")
+PEERS = ("nsd", "knot")
 
 
 def log(msg):
@@ -103,6 +108,31 @@ remote-control:
 zone:
   name: example.com
   zonefile: "{zone.name}"
+""")
+    return conf
+
+
+def knot_conf(d, ip, port, zone):
+    conf = d / f"knot-{zone.stem}.conf"
+    db = d / f"knotdb-{zone.stem}"
+    conf.write_text(f"""server:
+    listen: {ip}@{port}
+    rundir: "{d}"
+    user: root:root
+    udp-workers: 1
+    tcp-workers: 1
+    background-workers: 1
+log:
+  - target: stderr
+    any: warning
+database:
+    storage: "{db}"
+zone:
+  - domain: example.com
+    storage: "{d}"
+    file: "{zone.name}"
+    zonefile-sync: -1
+    journal-content: none
 """)
     return conf
 
@@ -160,7 +190,7 @@ class Bench:
 
     def addr(self, server):
         if not self.topo:
-            return "127.0.0.1", 5353 if server == "nsd" else 5354
+            return "127.0.0.1", {"nsd": 5353, "knot": 5355}.get(server, 5354)
         return (self.topo.fp_srv_ip if server == "fp-xdp" else self.topo.srv_ip), 53
 
     def start(self, server, zone):
@@ -168,6 +198,8 @@ class Bench:
         fp = self.build / "apps" / "dns" / "fp-dns"
         if server == "nsd":
             argv = ["nsd", "-d", "-c", nsd_conf(self.tmp, ip, port, zone)]
+        elif server == "knot":
+            argv = ["knotd", "-c", knot_conf(self.tmp, ip, port, zone)]
         elif server == "fp-kernel":
             argv = [fp, "--zone", zone, "--port", port, "--net", "kernel", "--ip", ip,
                     "--stats", "none"]
@@ -206,11 +238,12 @@ class Bench:
             argv += ["-Q", int(rate)]
         if verbose:
             argv += ["-v"]
-        s0, c0 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        s0, c0, k0 = steal_jiffies(), cpu_times(self.a.server_cpu), cpu_times(self.a.client_cpu)
         r = subprocess.run(self.cmd("cli", argv, self.a.client_cpu), capture_output=True,
                            text=True, timeout=duration + 60)
-        s1, c1 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        s1, c1, k1 = steal_jiffies(), cpu_times(self.a.server_cpu), cpu_times(self.a.client_cpu)
         out = parse_dnsperf(r.stdout)
+        out["client_core"] = core_split(k0, k1)
         if not quiet and r.returncode != 0:
             raise RuntimeError(f"dnsperf failed: {r.stderr[-400:]}")
         out["steal"] = (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
@@ -227,17 +260,17 @@ class Bench:
         without Linux's UDP stack, so the server, not the client, saturates."""
         argv = ["kxdpgun", "-t", duration, "-Q", rate, "-p", port, "-i", qfile,
                 "-I", self.topo.cli_if, "-F", self.a.client_cpu, ip]
-        s0, c0 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        s0, c0, k0 = steal_jiffies(), cpu_times(self.a.server_cpu), cpu_times(self.a.client_cpu)
         r = subprocess.run(self.cmd("cli", argv, None), capture_output=True, text=True,
                            timeout=duration + 60)
-        s1, c1 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        s1, c1, k1 = steal_jiffies(), cpu_times(self.a.server_cpu), cpu_times(self.a.client_cpu)
         m = re.search(r"total replies:\s+(\d+) \((\d+) pps\)", r.stdout)
         q = re.search(r"total queries:\s+(\d+) \((\d+) pps\)", r.stdout)
         if r.returncode != 0 or not m:
             raise RuntimeError(f"kxdpgun failed: {(r.stdout + r.stderr)[-400:]}")
         out = {"sent": int(q.group(1)), "sent_qps": int(q.group(2)), "completed": int(m.group(1)),
                "qps": int(m.group(2)), "steal": (s1[0] - s0[0]) / max(1, s1[1] - s0[1]),
-               "server_core": core_split(c0, c1)}
+               "server_core": core_split(c0, c1), "client_core": core_split(k0, k1)}
         jiffy = 1.0 / os.sysconf("SC_CLK_TCK")
         out["server_cpu_us_per_query"] = (c1[0] - c0[0]) * jiffy * 1e6 / max(1, out["completed"])
         return out
@@ -365,23 +398,34 @@ def summarise(runs, servers, zones, loads):
                     "p99_us": med([p["latency_us"]["p99"] for p in ok if "latency_us" in p]),
                     "cpu_us_per_query": med([p.get("server_cpu_us_per_query") for p in ok]),
                     "valid": f"{len(ok)}/{len(pts)}"}
-            if server != "nsd" and "nsd" in servers:
-                ratios = []
-                for r in rs:
-                    base = [x for x in runs if x["zone"] == n and x["server"] == "nsd" and x["round"] == r["round"]]
-                    if base and base[0]["saturation"].get("qps") and r["saturation"].get("qps"):
-                        ratios.append(r["saturation"]["qps"] / base[0]["saturation"]["qps"])
-                e["saturation_vs_nsd"] = med(ratios)
-                e["verdict"] = verdict(e["saturation_vs_nsd"])
-                gr = []
-                for r in rs:
-                    base = [x for x in runs if x["zone"] == n and x["server"] == "nsd" and x["round"] == r["round"]]
-                    if base and base[0].get("kxdpgun") and r.get("kxdpgun"):
-                        gr.append(r["kxdpgun"]["qps"] / max(1, base[0]["kxdpgun"]["qps"]))
-                e["kxdpgun_vs_nsd"] = med(gr)
-                e["kxdpgun_verdict"] = verdict(e["kxdpgun_vs_nsd"]) if gr else "n/a"
+            e["client_busy_kxdpgun"] = med([g["client_core"]["busy"] for g in gun
+                                            if g.get("client_core")])
+            e["client_busy_dnsperf"] = med([r["saturation"]["client_core"]["busy"] for r in rs
+                                            if r["saturation"].get("client_core")])
+            e["saturation_vs"], e["kxdpgun_vs"] = {}, {}
+            for peer in PEERS:
+                if server in PEERS or peer not in servers:
+                    continue
+                e["saturation_vs"][peer] = round_ratios(
+                    runs, rs, n, peer, lambda r: r["saturation"].get("qps"))
+                e["kxdpgun_vs"][peer] = round_ratios(
+                    runs, rs, n, peer, lambda r: (r.get("kxdpgun") or {}).get("qps"))
             s[f"{n}/{server}"] = e
     return s
+
+
+def round_ratios(runs, rs, n, peer, get):
+    """@get of each of @rs over the same of @peer in the same round and zone: median, min-max."""
+    out = []
+    for r in rs:
+        base = [x for x in runs if x["zone"] == n and x["server"] == peer and x["round"] == r["round"]]
+        if base and get(base[0]) and get(r):
+            out.append(get(r) / get(base[0]))
+    return med(out)
+
+
+def fmt_ratio(m):
+    return f"{fmt(m, 1, 2)} {verdict(m)}" if m else ""
 
 
 def fmt(m, scale=1.0, digits=0):
@@ -395,22 +439,23 @@ def markdown(s, servers, zones, loads, meta):
     lines = [f"fp-dns vs NSD, {meta['date']}, {meta['host']} ({meta['cpus']} CPUs), "
              f"{meta['rounds']} interleaved rounds, {meta['duration_s']} s per run: "
              f"`{meta['command']}`", "",
-             "| zone names | server | kxdpgun kq/s | vs NSD | core busy: user/sys/softirq | "
-             "dnsperf kq/s | vs NSD | core us/query (dnsperf) | "
+             "| zone names | server | kxdpgun kq/s | vs NSD | vs Knot | core busy: user/sys/softirq "
+             "| client busy (gun/dnsperf) | dnsperf kq/s | vs NSD | vs Knot | core us/query (dnsperf) | "
              + " | ".join(f"p99 us at {f:g}x NSD sat." for f in loads) + " |",
-             "|---|---|---|---|---|---|---|---|" + "---|" * len(loads)]
+             "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(loads)]
+    pct = lambda m: f"{m['median']:.0%}" if m else "-"  # noqa: E731
     for n in zones:
         for server in servers:
             e = s[f"{n}/{server}"]
-            ratio = fmt(e.get("saturation_vs_nsd"), 1, 2) + f" {e['verdict']}" if "verdict" in e else ""
-            gratio = fmt(e.get("kxdpgun_vs_nsd"), 1, 2) + f" {e['kxdpgun_verdict']}" \
-                if e.get("kxdpgun_vs_nsd") else ""
             core = "/".join(f"{e['kxdpgun_core'][k]['median']:.0%}" for k in ("user", "system", "softirq")) \
                 if e.get("kxdpgun_core") else "-"
             pts = [fmt(e["points"][str(f)]["p99_us"]) + f" [{e['points'][str(f)]['valid']}]"
                    for f in loads]
-            lines.append(f"| {n:,} | {server} | {fmt(e['kxdpgun_qps'], 1e-3, 1)} | {gratio} | {core} | "
-                         f"{fmt(e['saturation_qps'], 1e-3, 1)} | {ratio} | "
+            lines.append(f"| {n:,} | {server} | {fmt(e['kxdpgun_qps'], 1e-3, 1)} | "
+                         f"{fmt_ratio(e['kxdpgun_vs'].get('nsd'))} | {fmt_ratio(e['kxdpgun_vs'].get('knot'))} | "
+                         f"{core} | {pct(e['client_busy_kxdpgun'])}/{pct(e['client_busy_dnsperf'])} | "
+                         f"{fmt(e['saturation_qps'], 1e-3, 1)} | {fmt_ratio(e['saturation_vs'].get('nsd'))} | "
+                         f"{fmt_ratio(e['saturation_vs'].get('knot'))} | "
                          f"{fmt(e['cpu_us_per_query_at_saturation'], 1, 2)} | " + " | ".join(pts) + " |")
     lines.append("")
     lines.append("Medians over rounds (min-max); [valid/runs] per latency point (a point is "

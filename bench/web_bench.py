@@ -178,15 +178,16 @@ http {{
     def wrk(self, ip, port, size):
         url = f"http://{ip}:{port}/{size_name(size)}.bin"
         argv = ["wrk", "-t", "1", "-c", self.a.conns, "-d", f"{self.a.duration}s", "--latency", url]
-        s0, c0 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        s0, c0, k0 = steal_jiffies(), cpu_times(self.a.server_cpu), cpu_times(self.a.client_cpu)
         r = subprocess.run(self.cmd("cli", argv, self.a.client_cpu), capture_output=True,
                            text=True, timeout=self.a.duration + 60)
-        s1, c1 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        s1, c1, k1 = steal_jiffies(), cpu_times(self.a.server_cpu), cpu_times(self.a.client_cpu)
         if r.returncode != 0:
             raise RuntimeError(f"wrk failed: {r.stderr[-400:]}")
         out = parse_wrk(r.stdout)
         out["steal"] = (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
         out["server_core"] = core_split(c0, c1)
+        out["client_core"] = core_split(k0, k1)   # near 100%: wrk measures itself
         jiffy = 1.0 / os.sysconf("SC_CLK_TCK")
         out["server_cpu_us_per_req"] = (c1[0] - c0[0]) * jiffy * 1e6 / max(1, out.get("requests", 0))
         return out
@@ -262,6 +263,7 @@ def summarise(runs, servers, sizes):
                  "p99_us": med([r["latency_us"].get("p99") for r in rs]),
                  "cpu_us_per_req": med([r["server_cpu_us_per_req"] for r in rs]),
                  "core": {k: med([r["server_core"][k] for r in rs]) for k in ("user", "system", "softirq")},
+                 "client_busy": med([r["client_core"]["busy"] for r in rs if r.get("client_core")]),
                  "non_2xx": sum(r["non_2xx"] for r in rs),
                  "socket_errors": sorted({r["socket_errors"] for r in rs if r["socket_errors"]})}
             if server not in NGINX:
@@ -376,8 +378,8 @@ def markdown(s, servers, sizes, meta):
     lines = [f"fp-web vs nginx, {meta['date']}, {meta['host']} ({meta['cpus']} CPUs), "
              f"{meta['rounds']} interleaved rounds, wrk -t1 -c{meta['conns']} "
              f"{meta['duration_s']} s per run: `{meta['command']}`", "",
-             "| file | server | req/s (k) | vs the faster nginx | p99 us (closed loop) | server core us/req | vs the cheaper nginx | core busy: user/sys/softirq |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| file | server | req/s (k) | vs the faster nginx | p99 us (closed loop) | server core us/req | vs the cheaper nginx | core busy: user/sys/softirq | client core busy |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for size in sizes:
         for server in servers:
             e = s[f"{size}/{server}"]
@@ -386,7 +388,8 @@ def markdown(s, servers, sizes, meta):
             lines.append(f"| {size_name(size)} | {server} | {fmt(e['rps'], 1e-3, 1)} | "
                          f"{fmt(e.get('rps_vs_nginx'), 1, 2) + ' ' + e['verdict'] if 'verdict' in e else ''} | "
                          f"{fmt(e['p99_us'])} | {fmt(e['cpu_us_per_req'], 1, 1)} | "
-                         f"{fmt(e.get('cpu_vs_nginx'), 1, 2) + ' ' + e['cpu_verdict'] if 'cpu_verdict' in e else ''} | {core} |")
+                         f"{fmt(e.get('cpu_vs_nginx'), 1, 2) + ' ' + e['cpu_verdict'] if 'cpu_verdict' in e else ''} | {core} | "
+                         f"{fmt(e['client_busy'], 100) + '%' if e['client_busy'] else '-'} |")
     errs = [f"{k}: non-2xx {e['non_2xx']}, socket errors {e['socket_errors']}" for k, e in s.items()
             if e["non_2xx"] or e["socket_errors"]]
     lines += ["", "Medians over rounds (min-max)." + (" Errors: " + "; ".join(errs) if errs else " No errors.")]

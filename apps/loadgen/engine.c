@@ -55,6 +55,14 @@
  *
  * Closed loop (--closed K): every connection keeps K requests in flight from t0 to the
  * end; a response sends the next one at once; latency runs from the actual send.
+ *
+ * Datagram protocols (dns): a "connection" is a local UDP port (lg_udp_port), bound at
+ * CONNECT and up at once. A request is a datagram to the server from its port, and so is
+ * its answer, which the protocol matches (by DNS ID and question) against the port's
+ * requests in flight: those sent before the one it answers count as timeouts (a lost
+ * datagram is never answered later; a datagram that matches nothing, such as an answer
+ * that comes after its request timed out, is ignored). The tick expires only what is
+ * older than --timeout; nothing is reset or reopened.
  */
 
 #define LG_NO_POINT        UINT32_MAX
@@ -121,18 +129,27 @@ static struct lg_point *lg_pt_now(struct lg_worker *w, uint64_t now)
 	return &w->points[seg < (int)w->e->n_points ? seg : (int)w->e->n_points - 1];
 }
 
+/* Datagram protocols: the local port of @w's connection @k. */
+static uint16_t lg_udp_port(const struct lg_worker *w, unsigned k)
+{
+	return (uint16_t)(w->e->cfg->udp_port_base + k * w->e->n_workers + w->id);
+}
+
 /* Encode @r (keeping its schedule) and write it. 0, or -errno: @cn is broken. */
 static int lg_send(struct lg_worker *w, struct lg_conn *cn, struct lg_req *r)
 {
-	const struct lg_proto_ops *ops = w->e->cfg->ops;
+	const struct lg_config *cfg = w->e->cfg;
 	uint64_t sched = r->sched_ns;
 	uint32_t point = r->point;
 	size_t len;
 
-	len = ops->encode(w->e->proto, &w->rng, w->buf, w->buf_cap, r);
+	len = cfg->ops->encode(w->e->proto, &w->rng, w->buf, w->buf_cap, r);
 	r->sched_ns = sched;
 	r->sent_ns = fp_tsc_ns();
 	r->point = point;
+	if (cfg->ops->datagram)
+		return fp_evl_udp_send(w->evl, lg_udp_port(w, lg_conn_index(w, cn)),
+				       cfg->server_addr, cfg->server_port, w->buf, len);
 	return fp_evl_write(cn->c, w->buf, len);
 }
 
@@ -168,6 +185,8 @@ static void lg_conn_reset(struct lg_worker *w, struct lg_conn *cn, enum lg_why w
 	cn->head = (cn->head + cn->n_in) % w->cap;
 	w->outstanding -= cn->n_in;
 	cn->n_in = 0;
+	if (w->e->cfg->ops->datagram)
+		return;                 /* a port: nothing to reset */
 	if (cn->c)
 		fp_evl_abort(cn->c);
 	cn->c = NULL;
@@ -354,6 +373,50 @@ static void lg_complete(struct lg_worker *w, struct lg_conn *cn, enum lg_status 
 	}
 }
 
+/* Datagrams: the @n oldest requests in flight on @cn got no answer (a later one did, or
+ * they waited --timeout): timeouts. */
+static void lg_udp_lost(struct lg_worker *w, struct lg_conn *cn, unsigned n)
+{
+	for (unsigned k = 0; k < n; k++) {
+		struct lg_point *pt = lg_pt(w, lg_slot(w, cn, 0)->point);
+		if (pt)
+			pt->timeouts++;
+		cn->head = cn->head + 1 == w->cap ? 0 : cn->head + 1;
+		cn->n_in--;
+		w->outstanding--;
+	}
+}
+
+/* A datagram for one of our ports: the answer to one of its requests in flight, or
+ * nothing we wait for (ignored: see the top of this file). */
+static void lg_udp_recv(struct fp_evl *evl, uint16_t lport, uint32_t raddr, uint16_t rport,
+			const uint8_t *data, size_t len)
+{
+	struct lg_worker *w = fp_evl_user(evl);
+	const struct lg_config *cfg;
+	uint64_t now = fp_tsc_ns();
+	unsigned p, k;
+
+	if (!w || w->phase < PH_PRELOAD || w->phase == PH_DONE)
+		return;
+	cfg = w->e->cfg;
+	p = (unsigned)lport - cfg->udp_port_base;
+	if (lport < cfg->udp_port_base || p % w->e->n_workers != w->id ||
+	    p / w->e->n_workers >= w->n_conns || raddr != cfg->server_addr ||
+	    rport != cfg->server_port)
+		return;
+	struct lg_conn *cn = &w->conns[p / w->e->n_workers];
+	for (k = 0; k < cn->n_in; k++) {
+		enum lg_status st = LG_RESP_OK;
+		if (cfg->ops->parse(w->e->proto, lg_slot(w, cn, k), data, len, &st) > 0) {
+			lg_udp_lost(w, cn, k);
+			lg_complete(w, cn, st, now);
+			lg_refill(w, cn, now);
+			return;
+		}
+	}
+}
+
 /* ---- evl callbacks ---- */
 
 static size_t lg_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
@@ -458,6 +521,17 @@ static void lg_start_connects(struct lg_worker *w)
 {
 	const struct lg_config *cfg = w->e->cfg;
 
+	if (cfg->ops->datagram) {
+		/* a bind that fails is reported by the runtime, and stops the run */
+		for (unsigned k = 0; k < w->n_conns; k++) {
+			fp_evl_udp_bind(w->evl, lg_udp_port(w, k));
+			w->conns[k].state = CONN_UP;
+		}
+		w->n_up = w->n_conns;
+		w->phase = PH_CONNECTED;
+		atomic_fetch_add(&w->e->n_connected, 1);
+		return;
+	}
 	while (w->next_connect < w->n_conns && w->n_connecting < LG_CONNECT_BURST) {
 		struct lg_conn *cn = &w->conns[w->next_connect++];
 
@@ -733,7 +807,14 @@ static void lg_tick(struct fp_timer *t, uint64_t now_us)
 	for (unsigned i = lo; i < hi && w->phase >= PH_PRELOAD && w->phase < PH_DONE; i++) {
 		struct lg_conn *cn = &w->conns[i];
 
-		if (cn->state == CONN_UP && cn->n_in &&
+		if (e->cfg->ops->datagram) {
+			unsigned n = 0;
+			while (n < cn->n_in && now - lg_slot(w, cn, n)->sched_ns > e->timeout_ns)
+				n++;
+			lg_udp_lost(w, cn, n);
+			if (n)
+				lg_refill(w, cn, now);
+		} else if (cn->state == CONN_UP && cn->n_in &&
 		    now - lg_slot(w, cn, 0)->sched_ns > e->timeout_ns)
 			lg_conn_reset(w, cn, WHY_TIMEOUT, true, now);
 		else if (cn->state == CONN_DOWN)
@@ -839,6 +920,7 @@ static const struct fp_evl_ops lg_ops = {
 	.init = lg_init,
 	.fini = lg_fini,
 	.poll = lg_poll,
+	.udp_recv = lg_udp_recv,
 };
 
 /* ---- the run, and merging its points ---- */

@@ -172,7 +172,7 @@ double lg_pattern_rate(const struct lg_pattern *p, double t_s);
  * >= 0 (0 is accepted: callers that need a positive rate check). 0 or -EINVAL. */
 int lg_parse_rate(const char *s, double *out);
 
-/* ---- protocols (proto_echo.c, proto_memcache.c, proto_spin.c, proto_http.c) ---- */
+/* ---- protocols (proto_echo.c, proto_memcache.c, proto_spin.c, proto_http.c, proto_dns.c) ---- */
 
 enum lg_op { LG_OP_GET, LG_OP_SET, LG_OP_ECHO, LG_OP_SPIN };
 
@@ -213,6 +213,8 @@ struct lg_proto_config {
 	struct lg_dist service; /* service time in ns (name[0] == 0: exp, mean 10 us) */
 	/* http */
 	const char *path;       /* the path every GET asks for (NULL: "/") */
+	/* dns */
+	const char *queries;    /* a dnsperf-style file of "NAME TYPE" lines (required) */
 	const char *host;       /* the Host header's value (the server's address) */
 };
 
@@ -222,6 +224,10 @@ struct lg_proto;
 
 struct lg_proto_ops {
 	const char *name;
+	/* Over UDP: a request is a datagram and so is its response, which parse matches to
+	 * its request whole (a response may be lost, or answer a request other than the
+	 * oldest: the engine finds the one it answers among those in flight). */
+	bool datagram;
 	/* Build the protocol's state from @cfg (workload tables, key strings). NULL on
 	 * error with one line in @err. */
 	struct lg_proto *(*create)(const struct lg_proto_config *cfg, char *err, size_t errlen);
@@ -250,7 +256,19 @@ struct lg_proto_ops {
 	void (*describe)(const struct lg_proto *p, char *buf, size_t len);
 };
 
-extern const struct lg_proto_ops lg_proto_echo, lg_proto_memcache, lg_proto_spin, lg_proto_http;
+extern const struct lg_proto_ops lg_proto_echo, lg_proto_memcache, lg_proto_spin, lg_proto_http,
+	lg_proto_dns;
+
+/* DNS (proto_dns.c; pure, for the unit tests and the fuzzer). */
+#define LG_DNS_HDR      12u
+#define LG_DNS_NAME_MAX 255u
+/* The question for NAME (dotted) and TYPE (A, AAAA, NS, MX, CNAME, TXT, SOA, ANY) in wire
+ * form at @out (room LG_DNS_NAME_MAX + 4): 0 with *@len, or -EINVAL. */
+int lg_dns_question(const char *name, const char *type, uint8_t *out, size_t *len);
+/* Whether the datagram @data answers the query with @id and question @q (wire form): 0
+ * with *@status (NOERROR ok, NXDOMAIN miss, TC or another RCODE error), or -EBADMSG. */
+int lg_dns_match(const uint8_t *data, size_t len, uint16_t id, const uint8_t *q, size_t qlen,
+		 enum lg_status *status);
 
 /* One HTTP/1.x response at the head of @data (proto_http.c; pure, for the unit tests and
  * the fuzzer): its length, 0 for "more", -EBADMSG when it cannot be framed. */
@@ -416,6 +434,8 @@ struct lg_config {
 	double window_s;
 	unsigned closed;                  /* K outstanding per connection; 0 = open loop */
 	unsigned conns, depth;
+	uint16_t udp_port_base;           /* datagram protocols: connection k of worker w binds
+					   * base + k * workers + w */
 	unsigned backlog;                 /* requests waiting per connection before drops */
 	double warmup_s, duration_s;      /* duration: per point, or the whole pattern */
 	double timeout_ms, max_slip_us, slo_us;

@@ -26,7 +26,7 @@ enum {
 	OPT_WORKLOAD = 300, OPT_KEYSIZE, OPT_VALUESIZE, OPT_GET_RATIO, OPT_RECORDS, OPT_SIZE,
 	OPT_SERVICE, OPT_ARRIVAL, OPT_RATES, OPT_SWEEP, OPT_PATTERN, OPT_WINDOW, OPT_CLOSED,
 	OPT_DEPTH, OPT_TIMEOUT, OPT_PRELOAD, OPT_NO_PRELOAD, OPT_MAX_SLIP, OPT_BACKLOG, OPT_SLO,
-	OPT_PATH,
+	OPT_PATH, OPT_QUERIES, OPT_UDP_PORTS,
 };
 
 static const struct option lg_opts[] = {
@@ -39,6 +39,8 @@ static const struct option lg_opts[] = {
 	{ "records", required_argument, NULL, OPT_RECORDS },
 	{ "size", required_argument, NULL, OPT_SIZE },
 	{ "path", required_argument, NULL, OPT_PATH },
+	{ "queries", required_argument, NULL, OPT_QUERIES },
+	{ "udp-ports", required_argument, NULL, OPT_UDP_PORTS },
 	{ "service", required_argument, NULL, OPT_SERVICE },
 	{ "arrival", required_argument, NULL, OPT_ARRIVAL },
 	{ "rate", required_argument, NULL, OPT_RATE },
@@ -69,8 +71,9 @@ static const char usage[] =
 	"An open-loop load generator: requests leave on an arrival process's schedule, and\n"
 	"latency counts from the scheduled time (see apps/loadgen/README.md).\n"
 	"  --server A.B.C.D[:PORT] the server (port default: memcache 11211, echo and spin 7,\n"
-	"                        http 80)\n"
-	"  --proto P             echo, memcache, spin or http (default memcache)\n"
+	"                        http 80, dns 53)\n"
+	"  --proto P             echo, memcache, spin, http (TCP) or dns (UDP) (default\n"
+	"                        memcache)\n"
 	"  --workload W          memcache: usr or etc, as mutilate defines them (default usr),\n"
 	"                        or custom (--keysize and --valuesize; all GET by default)\n"
 	"  --keysize D           memcache: key size distribution (overrides the workload's)\n"
@@ -79,6 +82,10 @@ static const char usage[] =
 	"  --records N           memcache: keys 0..N-1 (default 10000)\n"
 	"  --size BYTES          echo: message size (default 64); spin: request size (16)\n"
 	"  --path PATH           http: the path every GET asks for (default /)\n"
+	"  --queries FILE        dns: \"NAME TYPE\" lines, as dnsperf reads (required); each\n"
+	"                        request is one of them, drawn uniformly\n"
+	"  --udp-ports BASE      dns: each connection is a local UDP port, BASE up (default\n"
+	"                        40000); its --depth queries in flight are told apart by ID\n"
 	"  --service D           spin: service time, KIND:MEAN with KIND fixed, exp, bimodal1,\n"
 	"                        bimodal2 (ZygOS), e.g. exp:10us; or any distribution (us)\n"
 	"  --arrival A           poisson, fixed or trace:FILE (gaps in us; default poisson)\n"
@@ -300,6 +307,12 @@ static void take_proto_opt(struct lg_args *a, int c, const char *val)
 	case OPT_PATH:
 		cfg->proto.path = val;
 		break;
+	case OPT_QUERIES:
+		cfg->proto.queries = val;
+		break;
+	case OPT_UDP_PORTS:
+		cfg->udp_port_base = (uint16_t)parse_num("udp-ports", val, 1024, 65535, true);
+		break;
 	}
 }
 
@@ -405,6 +418,7 @@ static void defaults(struct lg_config *c, int argc, char **argv)
 	c->window_s = 1;
 	c->conns = 16;
 	c->depth = 1;
+	c->udp_port_base = 40000;
 	c->backlog = LG_BACKLOG;
 	c->warmup_s = 1;
 	c->duration_s = 5;
@@ -425,11 +439,12 @@ static void finish_config(struct lg_args *a)
 	if (!c->server_addr)
 		usage_error("--server A.B.C.D[:PORT] is required");
 	if (!(c->ops = lg_proto_find(a->proto)))
-		usage_error("--proto: '%s' is not echo, memcache, spin or http", a->proto);
+		usage_error("--proto: '%s' is not echo, memcache, spin, http or dns", a->proto);
 	c->proto.name = c->ops->name;
 	if (!c->server_port)
 		c->server_port = !strcmp(c->ops->name, "memcache") ? 11211 :
-				 !strcmp(c->ops->name, "http") ? 80 : 7;
+				 !strcmp(c->ops->name, "http") ? 80 :
+				 !strcmp(c->ops->name, "dns") ? 53 : 7;
 	snprintf(c->server, sizeof(c->server), "%u.%u.%u.%u:%u", c->server_addr >> 24,
 		 (c->server_addr >> 16) & 255, (c->server_addr >> 8) & 255, c->server_addr & 255,
 		 c->server_port);
@@ -441,6 +456,9 @@ static void finish_config(struct lg_args *a)
 	if ((uint64_t)c->conns * (c->depth + c->backlog) > LG_MAX_SLOTS)
 		usage_error("--conns %u x (--depth %u + --backlog %u) request slots is more than %u:"
 			    " lower --backlog", c->conns, c->depth, c->backlog, LG_MAX_SLOTS);
+	if (c->ops->datagram && (uint32_t)c->udp_port_base + c->conns + c->rt.n_workers > 65536)
+		usage_error("--udp-ports %u: %u connections need ports up to %u", c->udp_port_base,
+			    c->conns, c->udp_port_base + c->conns + c->rt.n_workers - 1);
 	if (c->conns < c->rt.n_workers)
 		usage_error("--conns %u is fewer than the %u workers: each needs one", c->conns,
 			    c->rt.n_workers);

@@ -101,7 +101,8 @@ const struct lg_proto_ops lg_proto_echo = {
 const struct lg_proto_ops *lg_proto_find(const char *name)
 {
 	static const struct lg_proto_ops *const all[] = { &lg_proto_echo, &lg_proto_memcache,
-							  &lg_proto_spin, &lg_proto_http };
+							  &lg_proto_spin, &lg_proto_http,
+							  &lg_proto_dns };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		if (!strcmp(all[i]->name, name))

@@ -1,4 +1,4 @@
-/* fuzz_lg_parse.c: fp-loadgen's response parsers (echo, memcache, spin, http) on arbitrary bytes, whole and in two pieces. */
+/* fuzz_lg_parse.c: fp-loadgen's response parsers (echo, memcache, spin, http; dns's datagram match) on arbitrary bytes, whole and in two pieces. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -16,6 +16,9 @@
  *  - streaming: a prefix gives 0 or the whole's result (a response is complete or not,
  *    garbage stays garbage), and the first result's bytes alone give the same result;
  *  - no read past len: every call gets an exactly sized copy, so ASan sees it.
+ * Protocol 4 is dns, whose answer is a whole datagram (no streaming): lg_dns_match of
+ * the bytes against a fixed question and the ID in bytes 2..3 is 0 with a status, or
+ * -EBADMSG, the same twice, and a datagram cut short of the question never matches.
  */
 #define HDR 10
 
@@ -83,6 +86,27 @@ static struct lg_req make_req(int proto, const uint8_t *d)
 	return req;
 }
 
+static void dns_case(const uint8_t *d, const uint8_t *data, size_t len)
+{
+	static const uint8_t q[] = "\3www\7example\3com\0\0\1\0\1";
+	uint16_t id = (uint16_t)(d[2] << 8 | d[3]);
+	enum lg_status st = (enum lg_status)0x7f, st2 = (enum lg_status)0x7f;
+	uint8_t *copy = malloc(len ? len : 1);
+
+	if (!copy)
+		abort();
+	memcpy(copy, data, len);
+	int rc = lg_dns_match(copy, len, id, q, sizeof(q) - 1, &st);
+	int again = lg_dns_match(copy, len, id, q, sizeof(q) - 1, &st2);
+	free(copy);
+	if ((rc != 0 && rc != -EBADMSG) || again != rc)
+		abort();
+	if (rc == 0 && (st != st2 || (st != LG_RESP_OK && st != LG_RESP_MISS && st != LG_RESP_ERROR)))
+		abort();
+	if (rc == 0 && len < 12 + sizeof(q) - 1)
+		abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
 	enum lg_status st_full, st_part, st_again;
@@ -91,7 +115,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		return 0;
 	if (!states[0])
 		setup();
-	int proto = d[0] % 4;
+	if (d[0] % 5 == 4) {
+		dns_case(d, d + HDR, n - HDR);
+		return 0;
+	}
+	int proto = d[0] % 5;
 	struct lg_req req = make_req(proto, d);
 	const uint8_t *data = d + HDR;
 	size_t len = n - HDR, cut = ((size_t)d[8] | (size_t)d[9] << 8) % (len + 1);

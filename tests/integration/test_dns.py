@@ -293,6 +293,34 @@ def test_dig_and_kdig(fpdns):
     assert "Truncated, retrying in TCP mode" in r.stdout and "ANSWER: 1" in r.stdout
 
 
+def test_loadgen_dns(build_dir, fpdns, nsd, tmp_path):
+    """fp-loadgen's dns protocol (UDP, open loop) against fp-dns and NSD: every query
+    answered and matched by ID and question, NXDOMAIN a miss, nothing lost; a server
+    that is not there gives timeouts, not errors or a hang."""
+    lg = build_dir / "apps" / "loadgen" / "fp-loadgen"
+    q = tmp_path / "queries.txt"
+    q.write_text("; dnsperf's format\nwww.example.com A\nexample.com SOA\n"
+                 "nope.example.com A\nmail.example.com MX\n")
+    dead = free_port()
+    for port, answers in [(fpdns[0], True), (nsd, True), (dead, False)]:
+        out = tmp_path / "lg.json"
+        r = subprocess.run([lg, "--server", f"{HOST}:{port}", "--proto", "dns", "--queries", q,
+                            "--rates", "500,2k", "--duration", "1", "--warmup", "0.2",
+                            "--conns", "4", "--depth", "4", "--timeout", "300",
+                            "--udp-ports", str(free_port()), "--stats", "none", "--quiet",
+                            "--json", out], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        res = json.loads(out.read_text())
+        assert "dns: 4 queries" in res["config"]["workload_desc"], res["config"]
+        for pt in res["points"]:
+            if answers:
+                assert pt["completed"] > 0 and pt["timeouts"] == 0 and pt["errors"] == 0, pt
+                # one question in four is for a name the zone does not have
+                assert 0.1 < pt["misses"] / pt["completed"] < 0.45, pt
+            else:
+                assert pt["completed"] == 0 and pt["timeouts"] > 0, pt
+
+
 def test_counters_at_exit(build_dir, zonedir):
     port = free_port()
     p = subprocess.Popen([build_dir / "apps" / "dns" / "fp-dns", "-z", zonedir / "example.zone",

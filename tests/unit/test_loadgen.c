@@ -1,5 +1,6 @@
 /* test_loadgen.c: fp-loadgen's pure parts: distributions, arrivals, patterns, self-checks, protocols. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -816,6 +817,110 @@ static void test_proto_find(void **state)
 	assert_null(lg_proto_find("gopher"));
 }
 
+/* dns: a query file read as dnsperf does; each request a header with a random ID and one
+ * of the questions; the answer matched by ID and question (names without case), graded
+ * by RCODE and TC; anything else, or a file that is not a query list, refused. */
+static void test_dns(void **state)
+{
+	char path[] = "/tmp/fp-lg-dns-XXXXXX";
+	int fd = mkstemp(path);
+	(void)state;
+
+	assert_true(fd >= 0);
+	static const char file[] = "; a comment\n\nwww.Example.com A\n# another\n"
+				   "example.com. soa\n";
+	assert_int_equal(write(fd, file, strlen(file)), (ssize_t)strlen(file));
+	close(fd);
+	struct lg_proto_config cfg = { .name = "dns", .queries = path };
+	struct lg_proto *p = proto_new(&lg_proto_dns, &cfg);
+	const struct lg_proto_ops *ops = &lg_proto_dns;
+	assert_true(ops->datagram);
+	uint8_t buf[512], resp[512];
+	struct lg_req req = { 0 };
+	enum lg_status st;
+	static const uint8_t www[] = "\3www\7Example\3com\0\0\1\0\1";
+	static const uint8_t soa[] = "\7example\3com\0\0\6\0\1";
+	unsigned seen[2] = { 0, 0 };
+
+	for (int i = 0; i < 64; i++) {
+		size_t n = ops->encode(p, &rng, buf, sizeof(buf), &req);
+		bool is_www = req.len == 0;
+		const uint8_t *q = is_www ? www : soa;
+		size_t qlen = is_www ? sizeof(www) - 1 : sizeof(soa) - 1;
+		seen[req.len]++;
+		assert_int_equal(n, 12 + qlen);
+		assert_true(n <= ops->max_request(p));
+		assert_int_equal(buf[0] << 8 | buf[1], req.aux);
+		assert_int_equal(buf[2], 0);          /* a query, opcode 0, RD off */
+		assert_int_equal(buf[5], 1);
+		assert_memory_equal(buf + 12, q, qlen);
+		/* the answer: QR and AA set, the question back in another case, an answer RR */
+		memcpy(resp, buf, n);
+		resp[2] = 0x84;
+		resp[3] = 0x00;
+		for (size_t k = 12; k < n - 4; k++)
+			if (resp[k] >= 'a' && resp[k] <= 'z')
+				resp[k] ^= 0x20;
+		memset(resp + n, 0xab, 16);
+		assert_int_equal(parse_exact(ops, p, &req, resp, n + 16, &st), (long)(n + 16));
+		assert_int_equal(st, LG_RESP_OK);
+		resp[3] = 3;                           /* NXDOMAIN: a miss */
+		assert_int_equal(parse_exact(ops, p, &req, resp, n, &st), (long)n);
+		assert_int_equal(st, LG_RESP_MISS);
+		resp[3] = 2;                           /* SERVFAIL */
+		assert_int_equal(parse_exact(ops, p, &req, resp, n, &st), (long)n);
+		assert_int_equal(st, LG_RESP_ERROR);
+		resp[3] = 0;
+		resp[2] = 0x86;                        /* TC */
+		assert_int_equal(parse_exact(ops, p, &req, resp, n, &st), (long)n);
+		assert_int_equal(st, LG_RESP_ERROR);
+		resp[2] = 0x84;
+		/* not the answer: another ID, a query (QR off), another question, cut short */
+		resp[1] ^= 1;
+		assert_int_equal(parse_exact(ops, p, &req, resp, n, &st), -EBADMSG);
+		resp[1] ^= 1;
+		resp[2] = 0x04;
+		assert_int_equal(parse_exact(ops, p, &req, resp, n, &st), -EBADMSG);
+		resp[2] = 0x84;
+		resp[n - 3] ^= 1;                      /* the type */
+		assert_int_equal(parse_exact(ops, p, &req, resp, n, &st), -EBADMSG);
+		resp[n - 3] ^= 1;
+		resp[13] ^= 1;                         /* a letter of the name */
+		assert_int_equal(parse_exact(ops, p, &req, resp, n, &st), -EBADMSG);
+		resp[13] ^= 1;
+		for (size_t k = 0; k < n; k++)
+			assert_int_equal(parse_exact(ops, p, &req, resp, k, &st), -EBADMSG);
+	}
+	assert_true(seen[0] > 0 && seen[1] > 0);   /* both drawn */
+	ops->destroy(p);
+
+	/* files that are not query lists: one line naming the file and the line */
+	static const char *const bad[] = { "www.example.com\n", "www.example.com A extra\n",
+					   "www.example.com BOGUS\n", "a..b A\n", "", "; only\n" };
+	for (size_t i = 0; i < FP_ARRAY_SIZE(bad); i++) {
+		char why[256];
+		fd = open(path, O_WRONLY | O_TRUNC);
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, bad[i], strlen(bad[i])), (ssize_t)strlen(bad[i]));
+		close(fd);
+		assert_null(ops->create(&cfg, why, sizeof(why)));
+		assert_non_null(strstr(why, path));
+	}
+	unlink(path);
+	struct lg_proto_config none = { .name = "dns" };
+	char why[256];
+	assert_null(ops->create(&none, why, sizeof(why)));
+	assert_non_null(strstr(why, "--queries"));
+	uint8_t q[LG_DNS_NAME_MAX + 4];
+	size_t qlen;
+	char longname[300];
+	memset(longname, 'a', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	assert_int_equal(lg_dns_question(longname, "A", q, &qlen), -EINVAL);
+	assert_int_equal(lg_dns_question(".", "NS", q, &qlen), 0);
+	assert_int_equal(qlen, 5);
+}
+
 static void test_http(void **state)
 {
 	struct lg_proto_config cfg = { .name = "http", .path = "/4k.bin", .host = "10.0.0.1:80" };
@@ -1390,6 +1495,7 @@ int main(void)
 		cmocka_unit_test(test_echo),
 		cmocka_unit_test(test_spin),
 		cmocka_unit_test(test_http),
+		cmocka_unit_test(test_dns),
 		cmocka_unit_test(test_memcache_usr),
 		cmocka_unit_test(test_memcache_etc),
 		cmocka_unit_test(test_memcache_mutilate_keys),

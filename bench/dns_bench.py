@@ -25,9 +25,12 @@ servers are measured in interleaved rounds (nsd, knot, fp-kernel, fp-xdp, then a
   1. saturation under dnsperf: --outstanding queries in flight for --duration seconds;
      a Linux-sockets client, which on this machine saturates before the servers do;
      answers per second and the server core's busy time per answer (/proc/stat);
-  2. latency at fixed loads: dnsperf -Q at the rates --loads gives as fractions of the
-     round's NSD saturation (the same rates for every server), with -v: every answer's
-     latency, from which p50, p99 and p99.9; queries lost count as a failed point.
+  2. latency at fixed loads, at the rates --loads gives as fractions of the round's NSD
+     saturation (the same rates for every server): fp-loadgen's dns protocol (open loop,
+     Poisson arrivals, latency from the scheduled send, its own slip, rate and KS checks;
+     32 UDP ports with up to 8 queries in flight each), one run per rate; a point is
+     invalid when fp-loadgen says so or a query went unanswered. With --latency-client
+     dnsperf: dnsperf -Q -v instead (evenly paced, every answer's latency).
 
 Steal time (/proc/stat) is recorded over every run, and the client core's busy share (a
 client near 100% measures itself, not the server). Each figure is reported as the median
@@ -36,8 +39,8 @@ round and called a win or a loss only when its whole range is on one side of 1, 
 "within noise".
 Writes OUT/runs.json (every run), OUT/summary.json, OUT/summary.md, OUT/dns.png.
 
-dnsperf paces -Q evenly (not Poisson) and reports no send slip of its own; a point whose
-achieved rate is under 97% of the target is marked invalid (the client fell behind).
+dnsperf paces -Q evenly (not Poisson) and reports no send slip of its own; with it a point
+whose achieved rate is under 97% of the target is marked invalid (the client fell behind).
 
 Without root (--loopback): nsd, knot and fp-kernel on 127.0.0.1, no namespaces, no AF_XDP.
 """
@@ -255,6 +258,34 @@ class Bench:
         return out
 
 
+    def loadgen(self, ip, port, qfile, rate):
+        """One latency point from fp-loadgen --proto dns (open loop, Poisson)."""
+        js = self.tmp / "lg.json"
+        argv = [self.build / "apps" / "loadgen" / "fp-loadgen", "--server", f"{ip}:{port}",
+                "--proto", "dns", "--queries", qfile, "--rate", int(rate),
+                "--duration", self.a.duration, "--warmup", "1", "--conns", "32", "--depth", "8",
+                "--timeout", "500", "--cores", self.a.client_cpu, "--stats", "none", "--quiet",
+                "--json", js]
+        s0, c0, k0 = steal_jiffies(), cpu_times(self.a.server_cpu), cpu_times(self.a.client_cpu)
+        r = subprocess.run(self.cmd("cli", argv, None), capture_output=True, text=True,
+                           timeout=self.a.duration + 60)
+        s1, c1, k1 = steal_jiffies(), cpu_times(self.a.server_cpu), cpu_times(self.a.client_cpu)
+        if r.returncode != 0:
+            raise RuntimeError(f"fp-loadgen failed: {r.stderr[-400:]}")
+        pt = json.loads(js.read_text())["points"][0]
+        lat = pt["latency_us"]
+        out = {"client": "fp-loadgen", "sent": pt["sent"], "completed": pt["completed"],
+               "lost": pt["timeouts"], "errors": pt["errors"], "qps": pt["achieved_rps"],
+               "latency_us": {"p50": lat["p50"], "p99": lat["p99"], "p999": lat["p999"]},
+               "loadgen_valid": pt["valid"], "invalid_reasons": pt.get("invalid_reasons", []),
+               "steal": (s1[0] - s0[0]) / max(1, s1[1] - s0[1]),
+               "server_core": core_split(c0, c1), "client_core": core_split(k0, k1)}
+        jiffy = 1.0 / os.sysconf("SC_CLK_TCK")
+        # the server's core over the warm-up and the point (both at this rate)
+        out["server_cpu_us_per_query"] = (c1[0] - c0[0]) * jiffy * 1e6 / max(1, pt["completed"] * (
+            self.a.duration + 1) / self.a.duration)
+        return out
+
     def kxdpgun(self, ip, port, qfile, duration, rate):
         """Knot's AF_XDP query generator (knot-dnsutils): it sends from the client's veth
         without Linux's UDP stack, so the server, not the client, saturates."""
@@ -343,12 +374,17 @@ def run(a):
                         points = []
                         for f in loads:
                             rate = int(base * f)
-                            pt = b.dnsperf(ip, port, queries, a.duration, rate=rate,
-                                           outstanding=a.outstanding, verbose=True)
+                            if a.latency_client == "dnsperf":
+                                pt = b.dnsperf(ip, port, queries, a.duration, rate=rate,
+                                               outstanding=a.outstanding, verbose=True)
+                                pt["valid"] = bool(pt.get("completed")) and \
+                                    pt.get("qps", 0) >= 0.97 * rate and pt.get("lost", 1) == 0
+                            else:
+                                pt = b.loadgen(ip, port, queries, rate)
+                                pt["valid"] = bool(pt["completed"]) and pt["loadgen_valid"] \
+                                    and pt["lost"] == 0
                             pt["target_qps"] = rate
                             pt["fraction_of_nsd"] = f
-                            pt["valid"] = bool(pt.get("completed")) and \
-                                pt.get("qps", 0) >= 0.97 * rate and pt.get("lost", 1) == 0
                             points.append(pt)
                             log(f"  {rate} q/s: p99 {pt.get('latency_us', {}).get('p99', 0):.0f} us"
                                 f"{'' if pt['valid'] else ' (invalid)'}")
@@ -368,7 +404,8 @@ def run(a):
     summary = summarise(runs, servers, zones, loads)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "host": socket.gethostname(),
             "cpus": os.cpu_count(), "command": " ".join(sys.argv), "rounds": a.rounds,
-            "duration_s": a.duration, "loopback": a.loopback}
+            "duration_s": a.duration, "loopback": a.loopback,
+            "latency_client": a.latency_client}
     (out / "summary.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=1))
     md = markdown(summary, servers, zones, loads, meta)
     (out / "summary.md").write_text(md)
@@ -458,8 +495,9 @@ def markdown(s, servers, zones, loads, meta):
                          f"{fmt_ratio(e['saturation_vs'].get('knot'))} | "
                          f"{fmt(e['cpu_us_per_query_at_saturation'], 1, 2)} | " + " | ".join(pts) + " |")
     lines.append("")
-    lines.append("Medians over rounds (min-max); [valid/runs] per latency point (a point is "
-                 "invalid when dnsperf fell below 97% of the rate or lost a query).")
+    lines.append(f"Medians over rounds (min-max); [valid/runs] per latency point, measured with "
+                 f"{meta['latency_client']} (a point is invalid when the client fell behind "
+                 f"the rate or a query went unanswered).")
     return "\n".join(lines) + "\n"
 
 
@@ -507,6 +545,9 @@ def main():
                     help="latency points as fractions of the round's NSD saturation")
     ap.add_argument("--duration", type=int, default=5, help="seconds per run (5)")
     ap.add_argument("--outstanding", type=int, default=200, help="dnsperf -q (200)")
+    ap.add_argument("--latency-client", choices=("loadgen", "dnsperf"), default="loadgen",
+                    help="what measures the latency points: fp-loadgen (open loop, Poisson; "
+                    "the default) or dnsperf -Q (evenly paced)")
     ap.add_argument("--gun-qps", type=int, default=2000000,
                     help="kxdpgun's offered rate, above every server's saturation (2M)")
     ap.add_argument("--server-cpu", type=int, default=0)

@@ -10,6 +10,10 @@ pinned to --server-cpu (0),
                limiting (not configured), on Linux sockets (10.88.0.11)
     fp-kernel  fp-dns on flowplane's kernel transport (io_uring, 10.88.0.11)
     fp-xdp     fp-dns on flowplane's own stack over AF_XDP (10.88.0.1)
+    reflect    (only when --servers names it) tools/fp-reflect --dns on AF_XDP: each query
+               sent straight back as its own answer, no stack, no lookup: the ceiling of
+               any AF_XDP server on this link, to tell the link's limit from fp-dns's
+               (the client namespace gets a static neighbour entry for 10.88.0.1)
 
 and the client namespace runs the field's own clients from Debian, not flowplane's, pinned
 to --client-cpu (1): Knot's kxdpgun (AF_XDP, knot-dnsutils) and dnsperf 2.10. For each
@@ -194,7 +198,7 @@ class Bench:
     def addr(self, server):
         if not self.topo:
             return "127.0.0.1", {"nsd": 5353, "knot": 5355}.get(server, 5354)
-        return (self.topo.fp_srv_ip if server == "fp-xdp" else self.topo.srv_ip), 53
+        return (self.topo.fp_srv_ip if server in ("fp-xdp", "reflect") else self.topo.srv_ip), 53
 
     def start(self, server, zone):
         ip, port = self.addr(server)
@@ -203,6 +207,13 @@ class Bench:
             argv = ["nsd", "-d", "-c", nsd_conf(self.tmp, ip, port, zone)]
         elif server == "knot":
             argv = ["knotd", "-c", knot_conf(self.tmp, ip, port, zone)]
+        elif server == "reflect":
+            mac = self.topo.sh(self.topo.srv_ns, "cat",
+                               f"/sys/class/net/{self.topo.srv_if}/address").stdout.strip()
+            self.topo.sh(self.topo.cli_ns, "ip", "neigh", "replace", ip, "lladdr", mac, "dev",
+                         self.topo.cli_if, "nud", "permanent")
+            argv = [self.build / "tools" / "fp-reflect", "--if", self.topo.srv_if, "--ip", ip,
+                    "--dns"]
         elif server == "fp-kernel":
             argv = [fp, "--zone", zone, "--port", port, "--net", "kernel", "--ip", ip,
                     "--stats", "none"]
@@ -346,7 +357,7 @@ def verdict(r):
 def run(a):
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    servers = [s for s in a.servers.split(",") if not (a.loopback and s == "fp-xdp")]
+    servers = [s for s in a.servers.split(",") if not (a.loopback and s in ("fp-xdp", "reflect"))]
     zones = [int(z) for z in a.zones.split(",")]
     loads = [float(x) for x in a.loads.split(",")]
     runs = []

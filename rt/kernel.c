@@ -347,6 +347,24 @@ static int kt_bind_socket(struct kt *kt, int type, uint16_t port)
 	return fd;
 }
 
+/*
+ * A UDP port's receive buffer: KT_UDP_RCVBUF, past net.core.rmem_max when we may
+ * (SO_RCVBUFFORCE, CAP_NET_ADMIN), else as far as rmem_max lets. Linux's default (208 KB,
+ * about 270 small datagrams at their skb's true size) overflowed under Poisson bursts: a
+ * DNS server on this transport lost 1 query in 10,000 at half its saturation, where NSD,
+ * reading with recvmmsg in a tight loop, lost none. Best effort: a refusal keeps the
+ * default.
+ */
+#define KT_UDP_RCVBUF (4u << 20)
+
+static void kt_udp_rcvbuf(int fd)
+{
+	int v = KT_UDP_RCVBUF;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
+		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
 static int64_t kt_port_open(struct kt *kt, const struct fp_call *c, int kind)
 {
 	bool tcp = kind == KT_LISTENER;
@@ -358,6 +376,8 @@ static int64_t kt_port_open(struct kt *kt, const struct fp_call *c, int kind)
 	fd = kt_bind_socket(kt, tcp ? SOCK_STREAM : SOCK_DGRAM, c->port);
 	if (fd < 0)
 		return fd;
+	if (!tcp)
+		kt_udp_rcvbuf(fd);
 	if (!(p = calloc(1, sizeof(*p)))) {
 		close(fd);
 		return -ENOMEM;

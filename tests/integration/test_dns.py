@@ -441,3 +441,37 @@ def test_xdp_same_answers_as_nsd(build_dir, zonedir):
             stop(ns)
         assert rc == 0, err
         assert "dropped" in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, veth, AF_XDP)")
+def test_reflect_sends_datagrams_back(build_dir):
+    """tools/fp-reflect (dns_bench's ceiling): a DNS query comes back as itself with QR set
+    and a UDP checksum Linux accepts (a wrong one would be dropped, and the ask would time
+    out); a second address's datagrams are not its business."""
+    with Topo(TAG) as t:
+        mac = t.sh(t.srv_ns, "cat", f"/sys/class/net/{t.srv_if}/address").stdout.strip()
+        t.sh(t.cli_ns, "ip", "neigh", "replace", t.fp_srv_ip, "lladdr", mac, "dev", t.cli_if,
+             "nud", "permanent")
+        p = t.popen(t.srv_ns, [build_dir / "tools" / "fp-reflect", "--if", t.srv_if, "--ip",
+                               t.fp_srv_ip, "--dns"], cpu=0)
+        try:
+            code = ("import socket, sys\n"
+                    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                    "s.settimeout(0.5)\n"
+                    "q = bytes.fromhex('abcd00000001000000000000') + b'\\x03www\\x07example\\x03com\\x00\\x00\\x01\\x00\\x01'\n"
+                    "for _ in range(40):\n"
+                    "    s.sendto(q, (sys.argv[1], 53))\n"
+                    "    try:\n"
+                    "        a = s.recv(512)\n"
+                    "    except socket.timeout:\n"
+                    "        continue\n"
+                    "    print(a.hex()); break\n")
+            r = t.sh(t.cli_ns, sys.executable, "-c", code, t.fp_srv_ip, timeout=60)
+            got = bytes.fromhex(r.stdout.strip())
+            assert got[:2] == b"\xab\xcd" and got[2] & 0x80 and got[12:] == \
+                b"\x03www\x07example\x03com\x00\x00\x01\x00\x01", got
+        finally:
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=10)
+        assert p.returncode == 0, err
+        assert "reflected" in out and not out.startswith("fp-reflect: 0 reflected"), out

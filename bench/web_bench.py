@@ -20,7 +20,12 @@ and the client namespace runs wrk (Debian's; a tool flowplane did not write) pin
 second, transfer rate, wrk's latency percentiles (closed loop: at the load the
 connections make, not at a chosen rate), the server core's busy time per request and
 where it went (user, system, softirq; on a veth the sender's core also runs the
-receiver's softirq), and steal time. Then, for the sizes in --latency-sizes, p99
+receiver's softirq), the client core's load, and steal time. wrk's one thread on Linux
+sockets is the limit for fp-web's small files (its core is then 98-100% busy), so for
+the sizes in --xdp-client-sizes (100 B and 4 KB) each server is also saturated by
+fp-loadgen's http on its own stack over AF_XDP in the client namespace (10.88.0.2),
+closed loop, one request in flight per connection. Then, for the sizes in
+--latency-sizes, p99
 against load: fp-loadgen's http protocol (open loop, Poisson arrivals, latency from the
 scheduled send, its own slip and rate checks; on Linux sockets in the client namespace)
 at --loads, fractions of the round's faster nginx under wrk (the same rates for every
@@ -175,6 +180,33 @@ http {{
                  "valid": p["valid"], "invalid_reasons": p.get("invalid_reasons", [])}
                 for p in pts]
 
+    def lg_xdp(self, ip, port, size):
+        """Saturation with a client wrk is not: fp-loadgen's http on its own stack over
+        AF_XDP in the client namespace (10.88.0.2), closed loop, one request in flight on
+        each of --conns connections."""
+        js = self.tmp / "lgx.json"
+        argv = [self.build / "apps" / "loadgen" / "fp-loadgen", "--server", f"{ip}:{port}",
+                "--proto", "http", "--path", f"/{size_name(size)}.bin", "--closed", "1",
+                "--conns", self.a.conns, "--duration", self.a.duration, "--warmup", "1",
+                "--if", self.topo.cli_if, "--ip", f"{self.topo.fp_cli_ip}/24",
+                "--cores", self.a.client_cpu, "--stats", "none", "--quiet", "--json", js]
+        s0, c0 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        r = subprocess.run(self.cmd("cli", argv, None), capture_output=True, text=True,
+                           timeout=self.a.duration + 60)
+        s1, c1 = steal_jiffies(), cpu_times(self.a.server_cpu)
+        if r.returncode != 0:
+            raise RuntimeError(f"fp-loadgen over AF_XDP failed: {r.stderr[-400:]}")
+        pt = json.loads(js.read_text())["points"][0]
+        out = {"rps": pt["achieved_rps"], "completed": pt["completed"], "errors": pt["errors"],
+               "timeouts": pt["timeouts"], "p99_us": pt["latency_us"]["p99"],
+               "steal": (s1[0] - s0[0]) / max(1, s1[1] - s0[1]),
+               "server_core": core_split(c0, c1)}
+        jiffy = 1.0 / os.sysconf("SC_CLK_TCK")
+        # the server's core over the warm-up and the measurement, both at this load
+        out["server_cpu_us_per_req"] = (c1[0] - c0[0]) * jiffy * 1e6 / max(1, pt["completed"] * (
+            self.a.duration + 1) / self.a.duration)
+        return out
+
     def wrk(self, ip, port, size):
         url = f"http://{ip}:{port}/{size_name(size)}.bin"
         argv = ["wrk", "-t", "1", "-c", self.a.conns, "-d", f"{self.a.duration}s", "--latency", url]
@@ -219,7 +251,7 @@ def run(a):
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     servers = [s for s in a.servers.split(",") if not (a.loopback and s == "fp-xdp")]
-    runs, lat = [], []
+    runs, lat, xruns = [], [], []
     total = a.rounds * len(servers) * (2 if a.latency_sizes else 1)
     done, t0 = 0, time.time()
     with Bench(a) as b:
@@ -235,37 +267,51 @@ def run(a):
                     try:
                         if phase == "wrk":
                             wrk_all(b, a, runs, rnd, server, ip, port)
+                            if not a.loopback:
+                                for size in a.xdp_client_sizes:
+                                    x = b.lg_xdp(ip, port, size)
+                                    x.update(round=rnd, server=server, size=size)
+                                    xruns.append(x)
+                                    log(f"  {size_name(size)} (AF_XDP client): {x['rps']:.0f} req/s, "
+                                        f"{x['server_cpu_us_per_req']:.1f} us of server core per request")
                         else:
                             loadgen_all(b, a, runs, lat, rnd, server, ip, port)
                     finally:
                         b.stop(p)
-                    (out / "runs.json").write_text(json.dumps({"wrk": runs, "loadgen": lat}, indent=1))
+                    (out / "runs.json").write_text(json.dumps({"wrk": runs, "loadgen": lat,
+                                                               "xdp_client": xruns}, indent=1))
     meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "host": socket.gethostname(),
             "cpus": os.cpu_count(), "command": " ".join(sys.argv), "rounds": a.rounds,
             "duration_s": a.duration, "conns": a.conns}
     summary = summarise(runs, servers, a.sizes)
+    xsummary = summarise(xruns, servers, a.xdp_client_sizes, client_core=False) if xruns else None
     lsum = summarise_latency(lat, servers, a.latency_sizes, a.loads)
     (out / "summary.json").write_text(json.dumps({"meta": meta, "summary": summary,
-                                                  "latency": lsum}, indent=1))
-    md = markdown(summary, servers, a.sizes, meta) + latency_markdown(lsum, servers,
-                                                                       a.latency_sizes, a.loads)
+                                                  "xdp_client": xsummary, "latency": lsum},
+                                                 indent=1))
+    md = markdown(summary, servers, a.sizes, meta) + xdp_markdown(xsummary, servers,
+                                                                    a.xdp_client_sizes) \
+        + latency_markdown(lsum, servers, a.latency_sizes, a.loads)
     (out / "summary.md").write_text(md)
     plot(lat, servers, a.latency_sizes, out / "web.png")
     print(md)
 
 
-def summarise(runs, servers, sizes):
+def summarise(runs, servers, sizes, client_core=True):
     s = {}
     for size in sizes:
         for server in servers:
             rs = [r for r in runs if r["size"] == size and r["server"] == server]
             e = {"rps": med([r.get("rps") for r in rs]),
-                 "p99_us": med([r["latency_us"].get("p99") for r in rs]),
+                 "p99_us": med([r["latency_us"].get("p99") if "latency_us" in r else r.get("p99_us")
+                                for r in rs]),
                  "cpu_us_per_req": med([r["server_cpu_us_per_req"] for r in rs]),
                  "core": {k: med([r["server_core"][k] for r in rs]) for k in ("user", "system", "softirq")},
-                 "client_busy": med([r["client_core"]["busy"] for r in rs if r.get("client_core")]),
-                 "non_2xx": sum(r["non_2xx"] for r in rs),
-                 "socket_errors": sorted({r["socket_errors"] for r in rs if r["socket_errors"]})}
+                 "client_busy": med([r["client_core"]["busy"] for r in rs if r.get("client_core")])
+                 if client_core else None,
+                 "non_2xx": sum(r.get("non_2xx", 0) for r in rs),
+                 "socket_errors": sorted({r["socket_errors"] for r in rs if r.get("socket_errors")}),
+                 "errors": sum(r.get("errors", 0) + r.get("timeouts", 0) for r in rs)}
             if server not in NGINX:
                 for key, field, best in (("rps_vs_nginx", "rps", max),
                                          ("cpu_vs_nginx", "server_cpu_us_per_req", min)):
@@ -374,6 +420,28 @@ def plot(lat, servers, sizes, path):
     fig.savefig(path, dpi=100)
 
 
+def xdp_markdown(s, servers, sizes):
+    if not s:
+        return ""
+    lines = ["", "Saturation with a client that wrk is not (fp-loadgen --proto http on its own stack "
+             "over AF_XDP in the client namespace, closed loop, one request in flight per "
+             "connection):", "",
+             "| file | server | req/s (k) | vs the faster nginx | server core us/req | "
+             "vs the cheaper nginx | core busy: user/sys/softirq |", "|---|---|---|---|---|---|---|"]
+    for size in sizes:
+        for server in servers:
+            e = s[f"{size}/{server}"]
+            core = "/".join(f"{e['core'][k]['median']:.0%}" for k in ("user", "system", "softirq")) \
+                if e["core"]["user"] else "-"
+            lines.append(f"| {size_name(size)} | {server} | {fmt(e['rps'], 1e-3, 1)} | "
+                         f"{fmt(e.get('rps_vs_nginx'), 1, 2) + ' ' + e['verdict'] if 'verdict' in e else ''} | "
+                         f"{fmt(e['cpu_us_per_req'], 1, 1)} | "
+                         f"{fmt(e.get('cpu_vs_nginx'), 1, 2) + ' ' + e['cpu_verdict'] if 'cpu_verdict' in e else ''} | {core} |")
+    errs = sum(e["errors"] for e in s.values())
+    lines += ["", f"Errors and timeouts in these runs: {errs}."]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(s, servers, sizes, meta):
     lines = [f"fp-web vs nginx, {meta['date']}, {meta['host']} ({meta['cpus']} CPUs), "
              f"{meta['rounds']} interleaved rounds, wrk -t1 -c{meta['conns']} "
@@ -406,6 +474,9 @@ def main():
                     help="file sizes in bytes (100,4096,65536,1048576)")
     ap.add_argument("--servers", default=",".join(SERVERS))
     ap.add_argument("--conns", type=int, default=64, help="wrk -c (64)")
+    ap.add_argument("--xdp-client-sizes", default="100,4096",
+                    help="file sizes also measured with fp-loadgen on AF_XDP as the client "
+                    "(closed loop; '' for none)")
     ap.add_argument("--duration", type=int, default=5, help="seconds per run (5)")
     ap.add_argument("--latency-sizes", default="100,4096",
                     help="file sizes measured for p99 against load (100,4096; '' for none)")
@@ -418,7 +489,10 @@ def main():
     a = ap.parse_args()
     a.sizes = [int(x) for x in a.sizes.split(",")]
     a.latency_sizes = [int(x) for x in a.latency_sizes.split(",") if x]
+    a.xdp_client_sizes = [int(x) for x in a.xdp_client_sizes.split(",") if x]
     a.loads = [float(x) for x in a.loads.split(",")]
+    if not set(a.xdp_client_sizes) <= set(a.sizes):
+        ap.error("--xdp-client-sizes must be among --sizes (the files served)")
     if not set(a.latency_sizes) <= set(a.sizes):
         ap.error("--latency-sizes must be among --sizes (their nginx rate sets the loads)")
     if not a.loopback and os.geteuid() != 0:

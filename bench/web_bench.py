@@ -420,6 +420,22 @@ def plot(lat, servers, sizes, path):
     fig.savefig(path, dpi=100)
 
 
+def row(size, server, e, closed_loop_p99):
+    """One table row: rate, ratio, (p99), CPU, ratio, where the core went, (client core)."""
+    core = "/".join(f"{e['core'][k]['median']:.0%}" for k in ("user", "system", "softirq")) \
+        if e["core"]["user"] else "-"
+    cells = [size_name(size), server, fmt(e["rps"], 1e-3, 1),
+             f"{fmt(e.get('rps_vs_nginx'), 1, 2)} {e['verdict']}" if "verdict" in e else ""]
+    if closed_loop_p99:
+        cells.append(fmt(e["p99_us"]))
+    cells += [fmt(e["cpu_us_per_req"], 1, 1),
+              f"{fmt(e.get('cpu_vs_nginx'), 1, 2)} {e['cpu_verdict']}" if "cpu_verdict" in e else "",
+              core]
+    if closed_loop_p99:
+        cells.append(fmt(e["client_busy"], 100) + "%" if e["client_busy"] else "-")
+    return "| " + " | ".join(cells) + " |"
+
+
 def xdp_markdown(s, servers, sizes):
     if not s:
         return ""
@@ -428,15 +444,7 @@ def xdp_markdown(s, servers, sizes):
              "connection):", "",
              "| file | server | req/s (k) | vs the faster nginx | server core us/req | "
              "vs the cheaper nginx | core busy: user/sys/softirq |", "|---|---|---|---|---|---|---|"]
-    for size in sizes:
-        for server in servers:
-            e = s[f"{size}/{server}"]
-            core = "/".join(f"{e['core'][k]['median']:.0%}" for k in ("user", "system", "softirq")) \
-                if e["core"]["user"] else "-"
-            lines.append(f"| {size_name(size)} | {server} | {fmt(e['rps'], 1e-3, 1)} | "
-                         f"{fmt(e.get('rps_vs_nginx'), 1, 2) + ' ' + e['verdict'] if 'verdict' in e else ''} | "
-                         f"{fmt(e['cpu_us_per_req'], 1, 1)} | "
-                         f"{fmt(e.get('cpu_vs_nginx'), 1, 2) + ' ' + e['cpu_verdict'] if 'cpu_verdict' in e else ''} | {core} |")
+    lines += [row(size, server, s[f"{size}/{server}"], False) for size in sizes for server in servers]
     errs = sum(e["errors"] for e in s.values())
     lines += ["", f"Errors and timeouts in these runs: {errs}."]
     return "\n".join(lines) + "\n"
@@ -448,16 +456,7 @@ def markdown(s, servers, sizes, meta):
              f"{meta['duration_s']} s per run: `{meta['command']}`", "",
              "| file | server | req/s (k) | vs the faster nginx | p99 us (closed loop) | server core us/req | vs the cheaper nginx | core busy: user/sys/softirq | client core busy |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for size in sizes:
-        for server in servers:
-            e = s[f"{size}/{server}"]
-            core = "/".join(f"{e['core'][k]['median']:.0%}" for k in ("user", "system", "softirq")) \
-                if e["core"]["user"] else "-"
-            lines.append(f"| {size_name(size)} | {server} | {fmt(e['rps'], 1e-3, 1)} | "
-                         f"{fmt(e.get('rps_vs_nginx'), 1, 2) + ' ' + e['verdict'] if 'verdict' in e else ''} | "
-                         f"{fmt(e['p99_us'])} | {fmt(e['cpu_us_per_req'], 1, 1)} | "
-                         f"{fmt(e.get('cpu_vs_nginx'), 1, 2) + ' ' + e['cpu_verdict'] if 'cpu_verdict' in e else ''} | {core} | "
-                         f"{fmt(e['client_busy'], 100) + '%' if e['client_busy'] else '-'} |")
+    lines += [row(size, server, s[f"{size}/{server}"], True) for size in sizes for server in servers]
     errs = [f"{k}: non-2xx {e['non_2xx']}, socket errors {e['socket_errors']}" for k, e in s.items()
             if e["non_2xx"] or e["socket_errors"]]
     lines += ["", "Medians over rounds (min-max)." + (" Errors: " + "; ".join(errs) if errs else " No errors.")]

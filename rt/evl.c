@@ -535,7 +535,7 @@ static void evl_flow_leave(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t co
 		return;   /* a listener's cookie: the flow was never this layer's */
 	if (evl->ops->leaving)
 		evl->ops->leaving(c);
-	evl->out_total -= c->pending;
+	evl->out_total -= evl_out_held(c);
 	if (c->dirty)
 		unlink_from(&evl->dirty, c, false);
 	if (c->reaping)
@@ -568,7 +568,7 @@ static void evl_flow_arrive(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t c
 		evl->conns->prev = c;
 	evl->conns = c;
 	evl->n_conns++;
-	evl->out_total += c->pending;
+	evl->out_total += evl_out_held(c);
 	if (c->dirty) {
 		c->dirty_next = evl->dirty;
 		evl->dirty = c;

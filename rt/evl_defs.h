@@ -174,4 +174,7 @@ bool evl_rx_waiting(const struct fp_evl_conn *c);
 
 /* Free @c's buffers (chunks, copy-aside, hold), and the worker's spare chunks. */
 void evl_conn_io_free(struct fp_evl_conn *c);
+/* Output bytes @c holds in memory of its own (pending less what references name): its
+ * share of the worker's out_total. */
+size_t evl_out_held(const struct fp_evl_conn *c);
 void evl_chunks_free(struct fp_evl *evl);

@@ -171,14 +171,23 @@ void evl_chunks_free(struct fp_evl *evl)
 	evl->n_free_chunks = 0;
 }
 
+size_t evl_out_held(const struct fp_evl_conn *c)
+{
+	size_t n = 0;
+
+	for (const struct evl_chunk *ch = c->head; ch; ch = ch->next)
+		if (!ch->ref)
+			n += ch->len - (ch == c->head ? c->head_off : 0);
+	return n;
+}
+
 void evl_conn_io_free(struct fp_evl_conn *c)
 {
 	struct evl_chunk *ch, *next;
 
+	c->evl->out_total -= evl_out_held(c);
 	for (ch = c->head; ch; ch = next) {
 		next = ch->next;
-		if (!ch->ref)
-			c->evl->out_total -= ch->len - (ch == c->head ? c->head_off : 0);
 		evl_chunk_put(c->evl, ch);
 	}
 	c->head = c->tail = NULL;

@@ -580,6 +580,36 @@ static void test_write_ref_mixed_with_copies(void **state)
 	assert_int_equal(fp_evl_pending(f->conn), 0);
 }
 
+/* A connection that moves to another worker takes its share of the output memory
+ * (out_total) with it: its copies, not what its references name. */
+static void test_moved_conn_carries_only_copied_output(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = accepted(f, 0);
+	static uint8_t data[6000];
+	struct fp_app moving;
+
+	fill(data, sizeof(data), 11);
+	assert_int_equal(fp_evl_write(f->conn, data, 1000), 0);
+	assert_int_equal(fp_evl_write_ref(f->conn, data + 1000, 5000), 0);
+	assert_int_equal(fp_evl_out_total(f->evl), 1000);
+	app_ops.movable = true;                 /* the hooks of a movable application */
+	fp_evl_app(&moving, &app_ops, f);
+	app_ops.movable = false;
+	assert_non_null(moving.flow_leave);
+	moving.flow_leave(&f->ctx, fl, fl->cookie);
+	assert_int_equal(fp_evl_out_total(f->evl), 0);
+	moving.flow_arrive(&f->ctx, fl, fl->cookie);
+	assert_int_equal(fp_evl_out_total(f->evl), 1000);
+	for (int i = 0; i < 100 && fl->out_len < sizeof(data); i++) {
+		ack(f, fl, 1500);
+		settle(f);
+	}
+	assert_int_equal(fl->out_len, sizeof(data));
+	assert_memory_equal(fl->out, data, sizeof(data));
+	assert_int_equal(fp_evl_out_total(f->evl), 0);
+}
+
 /* Past max_pending a write is refused whole. */
 static void test_enobufs_over_max_pending(void **state)
 {
@@ -1191,6 +1221,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_enobufs_over_max_pending, setup, teardown),
 
 		cmocka_unit_test_setup_teardown(test_write_ref_mixed_with_copies, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_moved_conn_carries_only_copied_output, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_eof_drains_then_closes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_reports_status, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_with_sendv_in_flight, setup, teardown),

@@ -396,7 +396,9 @@ int fp_stack_tcp_export(struct fp_stack *st, const uint64_t groups[2], struct fp
 		if (c->all_next)
 			c->all_next->all_pprev = c->all_pprev;
 		ts->n_conns--;
+		uint32_t queued = c->flags & TCP_CF_TX_QUEUED;
 		tx_budget_leave(ts, c);
+		c->flags |= queued;        /* it waits in the importing stack's queue */
 		if (c->flags & TCP_CF_LIMITED)
 			ts->n_limited--;
 		if (c->flags & TCP_CF_EMBRYONIC)

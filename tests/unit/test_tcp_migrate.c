@@ -271,7 +271,7 @@ static void move(struct mworld *w, const uint64_t mask[2], int from, int to)
 	w->moved += (unsigned)n;
 }
 
-static void world(struct mworld *w, double loss)
+static void world(struct mworld *w, double loss, uint32_t tx_bufs)
 {
 	memset(w, 0, sizeof(*w));
 	w->seed = w->rng = fp_test_seed();
@@ -287,19 +287,20 @@ static void world(struct mworld *w, double loss)
 		c.rss_key = fp_rss_key_symmetric;   /* the steering key: export groups by it */
 		c.n_queues = 2;
 		c.queue_id = (uint16_t)i;
+		c.tx_bufs = tx_bufs;                /* 0: the default */
 		th_node_init(&w->srv[i], 8192, c, w->now);
 		assert_int_equal(fp_tcp_listen(w->srv[i].st, PORT, 0), 0);
 	}
 }
 
-static void run(double loss)
+static void run(double loss, uint32_t tx_bufs)
 {
 	static struct mworld w;
 	static const uint64_t odd[2] = { 0xaaaaaaaaaaaaaaaaull, 0xaaaaaaaaaaaaaaaaull };
 	static const uint64_t all[2] = { ~0ull, ~0ull };
 	unsigned stage = 0;
 
-	world(&w, loss);
+	world(&w, loss, tx_bufs);
 	for (unsigned i = 0; i < NFLOWS; i++) {
 		int err = 0;
 		struct fp_tcp_conn *c = fp_tcp_dial(w.p.st, w.srv[0].ip, PORT, 0, &err);
@@ -363,13 +364,22 @@ static void run(double loss)
 static void test_migrate_lossless(void **state)
 {
 	(void)state;
-	run(0.0);
+	run(0.0, 0);
 }
 
 static void test_migrate_lossy(void **state)
 {
 	(void)state;
-	run(0.02);
+	run(0.02, 0);
+}
+
+/* The servers' sent-data budget is 12 segments for all their conns: most sends take
+ * part of what they ask or nothing, and conns wait in the budget's queue when they move;
+ * each must still be woken on the stack it moved to (else it would wait forever). */
+static void test_migrate_short_of_buffers(void **state)
+{
+	(void)state;
+	run(0.0, 12);
 }
 
 /* Export refuses while events are queued: one of them may name a conn it would move. */
@@ -380,7 +390,7 @@ static void test_export_busy_and_unsteered(void **state)
 	struct fp_tcp_conn *chain;
 
 	(void)state;
-	world(&w, 0.0);
+	world(&w, 0.0, 0);
 	int err = 0;
 	struct fp_tcp_conn *c = fp_tcp_dial(w.p.st, w.srv[0].ip, PORT, 0, &err);
 	assert_non_null(c);
@@ -440,6 +450,7 @@ int main(void)
 		cmocka_unit_test(test_export_busy_and_unsteered),
 		cmocka_unit_test(test_migrate_lossless),
 		cmocka_unit_test(test_migrate_lossy),
+		cmocka_unit_test(test_migrate_short_of_buffers),
 	};
 	if (getenv("FP_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("FP_TEST_FILTER"));

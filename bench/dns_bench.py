@@ -65,7 +65,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from netns import Topo  # noqa: E402
+from netns import Topo, stop_process  # noqa: E402
 
 SERVERS = ("nsd", "knot", "fp-kernel", "fp-xdp")
 PEERS = ("nsd", "knot")
@@ -236,13 +236,7 @@ class Bench:
         raise RuntimeError(f"{server} did not answer within 60 s")
 
     def stop(self, p):
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_process(p, signal.SIGINT, 15)   # nginx: fast shutdown; the others: stop
 
     def dnsperf(self, ip, port, qfile, duration, rate=None, outstanding=200, verbose=False,
                 quiet=False):

@@ -46,7 +46,6 @@ import re
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,7 +54,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "bench"))
-from netns import Topo  # noqa: E402
+from netns import Topo, stop_process  # noqa: E402
 from dns_bench import cpu_times, core_split, steal_jiffies, med, verdict, fmt  # noqa: E402
 
 SERVERS = ("nginx", "nginx-copy", "fp-kernel", "fp-xdp")
@@ -154,13 +153,7 @@ http {{
         raise RuntimeError(f"{server} did not answer within 60 s")
 
     def stop(self, p):
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)      # nginx: fast shutdown; fp-web: stop
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_process(p, signal.SIGINT, 15)   # nginx: fast shutdown; the others: stop
 
     def loadgen(self, ip, port, size, rates):
         """p99 at each rate (fp-loadgen --proto http): a list of points from its JSON."""

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from netns import Topo  # noqa: E402
+from netns import Topo, stop_process  # noqa: E402
 
 
 def softnet_drops():
@@ -91,8 +90,7 @@ def main():
                 if ".net." in k or ".drops." in k:
                     print(f"  {k} {v}")
         finally:
-            p.send_signal(signal.SIGINT)
-            p.wait(20)
+            stop_process(p, grace_s=20)
 
 
 if __name__ == "__main__":

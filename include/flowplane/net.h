@@ -246,7 +246,8 @@ ssize_t fp_tcp_send(struct fp_stack *st, struct fp_tcp_conn *c, const void *data
 ssize_t fp_tcp_sendv(struct fp_stack *st, struct fp_tcp_conn *c, const struct iovec *iov,
 		     unsigned iovcnt);
 
-/* Bytes fp_tcp_send() would take now. */
+/* Bytes the windows let fp_tcp_send() take now; with cfg.tx_bufs spent it takes less
+ * (maybe 0), and FP_EV_TCP_SENT follows when buffers come back. */
 size_t fp_tcp_sendable(const struct fp_stack *st, const struct fp_tcp_conn *c);
 
 /* The application is done with the first @len bytes it was given (in order) by RECV

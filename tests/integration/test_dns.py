@@ -10,7 +10,6 @@ AF_XDP in a namespace pair (tools/netns.py), NSD beside it on the kernel's addre
 import json
 import re
 import os
-import shutil
 import signal
 import socket
 import struct
@@ -95,13 +94,7 @@ def wait_answering(port, proc, host=HOST, timeout=10):
 
 
 def stop(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc)
     return proc.returncode, proc.stderr.read()
 
 
@@ -307,7 +300,7 @@ def test_loadgen_dns(build_dir, fpdns, nsd, tmp_path):
         out = tmp_path / "lg.json"
         r = subprocess.run([lg, "--server", f"{HOST}:{port}", "--proto", "dns", "--queries", q,
                             "--rates", "500,2k", "--duration", "1", "--warmup", "0.2",
-                            "--conns", "4", "--depth", "4", "--timeout", "300",
+                            "--conns", "4", "--depth", "4", "--timeout", "2000",
                             "--udp-ports", str(free_port()), "--stats", "none", "--quiet",
                             "--json", out], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
@@ -406,7 +399,7 @@ def test_command_line(build_dir, zonedir):
 # ---- AF_XDP, in a namespace pair ----
 
 sys.path.insert(0, str(ROOT / "tools"))
-from netns import Topo  # noqa: E402
+from netns import Topo, stop_process  # noqa: E402
 
 TAG = f"fpn{os.getpid() % 10000}"
 

@@ -64,12 +64,7 @@ def serving(build_dir, site, *extra):
     try:
         yield port
     finally:
-        p.send_signal(signal.SIGINT)
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        stop_process(p)
     assert p.returncode == 0, p.stderr.read()
 
 
@@ -307,7 +302,7 @@ def test_command_line(build_dir, site, tmp_path):
 
 
 sys.path.insert(0, str(ROOT / "tools"))
-from netns import Topo  # noqa: E402
+from netns import Topo, stop_process  # noqa: E402
 
 TAG = f"fpw{os.getpid() % 10000}"
 

@@ -664,20 +664,22 @@ def test_lru_crawler_as_memcached(fpkv, memcached):
     """Issue 16, item 19: lru_crawler's subcommands answer as memcached 1.6 answers, and
     metadump lists the live items as memcached's crawler does: the same lines (last access
     and expiry are each process's clock, so they are compared in form only; the order is
-    each server's), the expired and deleted items left out; 40,000 items come through a
-    full output buffer whole (the dump stops for room and resumes)."""
+    each server's), the expired and deleted items left out; fp-kv's 40,000 items come
+    through a full output buffer whole (the dump stops for room and resumes)."""
     import re
     times = re.compile(rb"(exp=(?!-1)\d+|la=\d+)")
 
     def norm(lines):
         return sorted(times.sub(lambda m: m.group(0).split(b"=")[0] + b"=T", x) for x in lines)
 
-    # memcached, the reference, is asked again (a fresh one) if its dump stalls: CI twice
-    # saw it send nothing for 20 s mid-dump, never reproduced here. fp-kv gets no retry.
+    # memcached, the reference for the lines, dumps 2,000 items: at 40,000 its dump stalled
+    # mid-way (nothing sent for 20 s) in three CI runs, twice in a row once, never here;
+    # the resumption through a full buffer is fp-kv's to show. A stall still gets one
+    # fresh memcached. fp-kv gets no retry.
     for attempt in range(2):
         try:
             with Started(memcached_cmd(memcached), ["-t", "1"]) as srv:
-                want = crawler_session(srv, 40000)
+                want = crawler_session(srv, 2000)
             break
         except TimeoutError:
             print(f"memcached's metadump stalled (attempt {attempt + 1})")
@@ -695,8 +697,11 @@ def test_lru_crawler_as_memcached(fpkv, memcached):
     # memcached's crawler, the reference for the lines' form, is not one for the count: in
     # one CI run its dump of the same 40,003 items listed 40,002 (an item that moves in its
     # LRU while the crawler walks can be passed over). What it lists, fp-kv lists too.
-    assert 40003 - 10 <= len(want[5]) <= 40003
+    assert 2003 - 10 <= len(want[5]) <= 2003
     assert {x.split()[0] for x in want[5]} <= {x.split()[0] for x in got[5]}
+    # the lines' form for the items both have (m000000..m001999 and the first three)
+    keys = {x.split()[0] for x in want[5]}
+    assert norm([x for x in got[5] if x.split()[0] in keys]) == norm(want[5])
 
 
 def expiry_reuse(srv):

@@ -86,8 +86,8 @@ void kv_out_iov(struct kv_conn *c, const struct iovec *iov, unsigned n)
 		stage_copy(c, iov[i].iov_base, iov[i].iov_len);
 }
 
-void kv_out_value(struct kv_conn *c, const char *hdr, size_t hlen, const uint8_t *val,
-		  size_t vlen)
+void kv_out_ref(struct kv_conn *c, const void *hdr, size_t hlen, const uint8_t *val,
+		size_t vlen)
 {
 	struct kv_stage *st = &c->stage;
 
@@ -98,6 +98,14 @@ void kv_out_value(struct kv_conn *c, const char *hdr, size_t hlen, const uint8_t
 		st->pc[st->n++] = (struct kv_piece){ val, 0, vlen };
 		st->bytes += vlen;
 	}
+}
+
+void kv_out_value(struct kv_conn *c, const char *hdr, size_t hlen, const uint8_t *val,
+		  size_t vlen)
+{
+	if (c->noreply)
+		return;
+	kv_out_ref(c, hdr, hlen, val, vlen);
 	stage_copy(c, "\r\n", 2);
 }
 
@@ -246,7 +254,7 @@ bool kv_conn_blocked(const struct kv_conn *c) { return c->blocked; }
 void kv_expect_value(struct kv_conn *c, struct kv_new *n, uint32_t nbytes)
 {
 	c->nw = n;
-	c->want = nbytes + 2;
+	c->want = c->binary ? nbytes : nbytes + 2;   /* binary: no CRLF on the wire */
 	c->got = 0;
 	c->st = KV_ST_DATA;
 }
@@ -817,7 +825,10 @@ static size_t feed_data(struct kv_conn *c, const uint8_t *d, size_t len)
 	c->got += (uint32_t)n;
 	if (c->got == c->want) {
 		c->upload_deadline_ns = 0;
-		value_done(c);
+		if (c->binary)
+			kv_bin_value_done(c);
+		else
+			value_done(c);
 	} else if (!c->upload_deadline_ns) {
 		c->upload_deadline_ns = kv_mono_ns() + KV_UPLOAD_GRACE_S * 1000000000ull +
 					(uint64_t)c->want * 1000000000ull / KV_UPLOAD_MIN_BPS;
@@ -835,10 +846,17 @@ size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)
 	size_t pos = 0, n;
 
 	c->blocked = false;
+	/* memcached's try_read_command_negotiate: the first byte a connection sends picks
+	 * its protocol for good */
+	if (!c->negotiated && len) {
+		c->negotiated = true;
+		c->binary = data[0] == KV_BIN_REQ_MAGIC;
+	}
 	while (pos < len && !c->closing && !c->blocked) {
 		switch (c->st) {
 		case KV_ST_LINE:
-			n = feed_line(c, data + pos, len - pos);
+			n = c->binary ? kv_bin_feed(c, data + pos, len - pos) :
+					feed_line(c, data + pos, len - pos);
 			break;
 		case KV_ST_DATA:
 			n = feed_data(c, data + pos, len - pos);

@@ -180,6 +180,19 @@ struct kv_stage {
 
 #define KV_META_RESP_MAX 1024   /* memcached's WRITE_BUFFER_SIZE: one meta status line */
 
+/* memcached's binary protocol (protocol_binary.h): a 24-byte header, extras, key, value. */
+#define KV_BIN_REQ_MAGIC 0x80
+#define KV_BIN_RES_MAGIC 0x81
+#define KV_BIN_HDR       24
+
+struct kv_bin_req {
+	uint8_t opcode, extlen;
+	uint16_t keylen;
+	uint32_t bodylen, opaque;
+	uint64_t cas;
+	bool quiet;                  /* a Q variant: successes (and get misses) unanswered */
+};
+
 struct kv_conn {
 	struct kv_proto *p;
 	unsigned w;
@@ -214,10 +227,16 @@ struct kv_conn {
 	uint64_t upload_deadline_ns; /* a value still arriving must be in by then (monotonic
 				      * clock); 0: none arriving, or it came in one piece */
 	struct kv_stage stage;
+	/* the protocol, chosen by the first byte (binary.c) */
+	bool negotiated, binary;
+	struct kv_bin_req bin;       /* the binary request being served */
 };
 
 /* Stage @n pieces (copied) as one answer unless noreply. */
 void kv_out_iov(struct kv_conn *c, const struct iovec *iov, unsigned n);
+/* Stage @hdr (copied) and a value that stays in its item, nothing after it. */
+void kv_out_ref(struct kv_conn *c, const void *hdr, size_t hlen, const uint8_t *val,
+		size_t vlen);
 /* Stage an answer whose value stays in its item: @hdr (copied), the value, CRLF. */
 void kv_out_value(struct kv_conn *c, const char *hdr, size_t hlen, const uint8_t *val,
 		  size_t vlen);
@@ -256,5 +275,16 @@ bool kv_admin_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
 bool kv_lru_crawler_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
 /* stats.c: stats [sub]; false when the answer waits for output room. */
 bool kv_stats_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
+/* binary.c: the binary protocol. feed: one request from its header (0: need more, or
+ * blocked); value_done: a set/append value is in. */
+size_t kv_bin_feed(struct kv_conn *c, const uint8_t *d, size_t len);
+void kv_bin_value_done(struct kv_conn *c);
+/* A response header (24 bytes at @h) for the request being served. */
+void kv_bin_header(const struct kv_conn *c, uint8_t *h, uint8_t op, uint16_t status,
+		   uint8_t extlen, uint16_t keylen, uint32_t bodylen, uint64_t cas);
+#define KV_BIN_OP_STAT 0x10
+/* stats.c: the binary STAT command, @key its subcommand (memcached's process_bin_stat):
+ * 1 answered, 0 waits for output room, -1 no such group ("Not found"). */
+int kv_bin_stats(struct kv_conn *c, const char *key, size_t nkey);
 /* The value line for ms once its data is in: mirrors memcached's _finalize_mset. */
 void kv_meta_set_done(struct kv_conn *c, enum kv_result r, uint64_t cas);

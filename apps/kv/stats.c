@@ -21,7 +21,38 @@ struct sbuf {
 	char *p;
 	size_t len, cap;
 	bool oom;
+	const struct kv_conn *bin;   /* binary protocol: a STAT packet per figure */
 };
+
+/* Room for @need more bytes (and a NUL). */
+static bool sb_grow(struct sbuf *b, size_t need)
+{
+	if (b->len + need + 1 > b->cap) {
+		size_t cap = (b->cap ? b->cap * 2 : 4096) + need;
+		char *p = b->oom ? NULL : realloc(b->p, cap);
+
+		if (!p) {
+			b->oom = true;
+			return false;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	return true;
+}
+
+/* memcached's append_bin_stats: a STAT response with the name as key, the figure as
+ * value; an empty one ends the answer. */
+static void sb_bin(struct sbuf *b, const char *name, size_t nn, const char *val, size_t nv)
+{
+	if (!sb_grow(b, KV_BIN_HDR + nn + nv))
+		return;
+	kv_bin_header(b->bin, (uint8_t *)b->p + b->len, KV_BIN_OP_STAT, 0, 0, (uint16_t)nn,
+		      (uint32_t)(nn + nv), 0);
+	memcpy(b->p + b->len + KV_BIN_HDR, name, nn);
+	memcpy(b->p + b->len + KV_BIN_HDR + nn, val, nv);
+	b->len += KV_BIN_HDR + nn + nv;
+}
 
 static void __attribute__((format(printf, 3, 4))) sb_stat(struct sbuf *b, const char *name,
 							   const char *fmt, ...)
@@ -33,18 +64,13 @@ static void __attribute__((format(printf, 3, 4))) sb_stat(struct sbuf *b, const 
 	va_start(ap, fmt);
 	vsnprintf(val, sizeof(val), fmt, ap);
 	va_end(ap);
-	need = strlen(name) + strlen(val) + 9;
-	if (b->len + need + 1 > b->cap) {
-		size_t cap = (b->cap ? b->cap * 2 : 4096) + need;
-		char *p = b->oom ? NULL : realloc(b->p, cap);
-
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
+	if (b->bin) {
+		sb_bin(b, name, strlen(name), val, strlen(val));
+		return;
 	}
+	need = strlen(name) + strlen(val) + 9;
+	if (!sb_grow(b, need))
+		return;
 	b->len += (size_t)snprintf(b->p + b->len, b->cap - b->len, "STAT %s %s\r\n", name, val);
 }
 
@@ -59,9 +85,20 @@ static bool sb_send(struct kv_conn *c, struct sbuf *b)
 	struct iovec iov[2] = { { b->p, b->len }, { (void *)"END\r\n", 5 } };
 	bool ok = true;
 
-	if (b->oom) {
+	if (b->bin) {   /* the empty STAT that ends it */
+		sb_bin(b, "", 0, "", 0);
+		iov[0] = (struct iovec){ b->p, b->len };
+		iov[1].iov_len = 0;
+	}
+	if (b->oom && b->bin) {   /* memcached's out_of_memory, in binary */
+		static const char e[] = "Out of memory";
+		uint8_t h[KV_BIN_HDR];
+
+		kv_bin_header(c, h, KV_BIN_OP_STAT, 0x82, 0, 0, sizeof(e) - 1, 0);
+		kv_out_ref(c, h, sizeof(h), (const uint8_t *)e, sizeof(e) - 1);
+	} else if (b->oom) {
 		kv_out_str(c, "SERVER_ERROR out of memory writing stats");
-	} else if (kv_out_room(c) < b->len + 5) {
+	} else if (kv_out_room(c) < iov[0].iov_len + iov[1].iov_len) {
 		ok = false;
 	} else {
 		kv_out_iov(c, iov, 2);
@@ -232,7 +269,7 @@ static void stats_settings(struct kv_proto *p, struct sbuf *b)
 		{ "domain_socket", "NULL" }, { "umask", "700" }, { "shutdown_command", "no" },
 	};
 	static const char *const tail[][2] = {
-		{ "binding_protocol", "ascii" }, { "auth_enabled_sasl", "no" },
+		{ "binding_protocol", "auto-negotiate" }, { "auth_enabled_sasl", "no" },
 		{ "auth_enabled_ascii", "no" },
 	};
 	static const char *const rest[][2] = {
@@ -573,4 +610,49 @@ bool kv_admin_command(struct kv_conn *c, struct kv_tok *t, size_t nt)
 		return false;
 	}
 	return true;
+}
+
+/* ---- the binary protocol's STAT (memcached's process_bin_stat) ---- */
+
+static bool key_starts(const char *k, size_t nk, const char *s)
+{
+	size_t n = strlen(s);
+
+	return nk >= n && !memcmp(k, s, n);
+}
+
+static bool key_is(const char *k, size_t nk, const char *s)
+{
+	return nk == strlen(s) && !memcmp(k, s, nk);
+}
+
+int kv_bin_stats(struct kv_conn *c, const char *key, size_t nkey)
+{
+	struct sbuf b = { .bin = c };
+
+	/* memcached compares the first bytes only for reset, settings and detail */
+	if (!nkey) {
+		stats_general(c->p, &b);
+	} else if (key_starts(key, nkey, "reset")) {
+		if (kv_out_room(c) < KV_BIN_HDR)
+			return 0;
+		stats_reset(c->p);
+	} else if (key_starts(key, nkey, "settings")) {
+		stats_settings(c->p, &b);
+	} else if (key_starts(key, nkey, "detail")) {
+		if (key_starts(key + 6, nkey - 6, " dump"))
+			sb_bin(&b, "detailed", 8, "END\r\n", 5);
+		else if (!key_starts(key + 6, nkey - 6, " on") &&
+			 !key_starts(key + 6, nkey - 6, " off"))
+			return -1;
+	} else if (key_is(key, nkey, "items")) {
+		kv_store_stats_items(c->p->store, sb_emit, &b);
+	} else if (key_is(key, nkey, "slabs")) {
+		kv_store_stats_slabs(c->p->store, sb_emit, &b);
+	} else if (key_is(key, nkey, "sizes")) {
+		sb_stat(&b, "sizes_status", "%s", "disabled");
+	} else {
+		return -1;
+	}
+	return sb_send(c, &b) ? 1 : 0;
 }

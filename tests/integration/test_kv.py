@@ -6,9 +6,9 @@
    (names are checked, see kvdiff.py). On the kernel transport over loopback, and as root
    with fp-kv on AF_XDP in a network namespace (memcached in the same namespace on the
    kernel's address of the same veth, the client in the other namespace).
-2. Real clients: a pymemcache session (its ordinary API) and libmemcached's memccapable -a
-   (the ascii tests; -b is the binary protocol, not ours) against fp-kv on both transports;
-   every test that passes against memcached must pass against fp-kv.
+2. Real clients: a pymemcache session (its ordinary API) and libmemcached's memccapable
+   (its ascii and its binary-protocol tests) against fp-kv on both transports; every test
+   that passes against memcached must pass against fp-kv.
 3. Eviction: fp-kv -m 16 filled with 4x that much; its resident memory stays within the limit
    plus a stated overhead, the recently set and recently read keys survive, the oldest go,
    and `stats` counts evictions.
@@ -501,14 +501,14 @@ def pymemcache_results(host, port, topo=None):
 
 
 def memccapable_results(exe, host, port, topo=None):
-    args = [exe, "-a", "-t", "5", "-h", host, "-p", str(port)]
+    args = [exe, "-t", "5", "-h", host, "-p", str(port)]
     if topo is not None:
         r = topo.sh(topo.cli_ns, *args, check=False, timeout=120)
     else:
         r = subprocess.run(args, capture_output=True, text=True, timeout=120)
     res = {}
     for ln in (r.stdout + r.stderr).splitlines():
-        m = re.match(r"^(ascii .*?)\s+\[(\w+)\]\s*$", ln)
+        m = re.match(r"^((?:ascii|binary) .*?)\s+\[(\w+)\]\s*$", ln)
         if m:
             res[m.group(1)] = m.group(2)
     assert res, f"memccapable printed no results (exit {r.returncode}): {r.stdout}{r.stderr}"

@@ -814,10 +814,100 @@ static void test_huge_multiget(void **state)
 	srv_close(&v);
 }
 
+/* ---- the binary protocol (answers as memcached 1.6.18's: tests/integration/test_kv_binary.py) ---- */
+
+struct bbuf {
+	char b[8192];
+	size_t n;
+};
+
+static void put_be(struct bbuf *o, uint64_t v, int bytes)
+{
+	while (bytes--)
+		o->b[o->n++] = (char)(v >> (8 * bytes));
+}
+
+/* A request or (@magic 0x81) an answer: header, extras, key, @nv bytes of value. */
+static void bpkt(struct bbuf *o, uint8_t magic, uint8_t op, uint16_t status, uint32_t opaque,
+		 uint64_t cas, const char *ext, size_t next, const char *key, const char *val,
+		 size_t nv)
+{
+	size_t nk = key ? strlen(key) : 0;
+
+	put_be(o, magic, 1);
+	put_be(o, op, 1);
+	put_be(o, nk, 2);
+	put_be(o, next, 1);
+	put_be(o, 0, 1);
+	put_be(o, status, 2);
+	put_be(o, next + nk + nv, 4);
+	put_be(o, opaque, 4);
+	put_be(o, cas, 8);
+	if (next)
+		memcpy(o->b + o->n, ext, next);
+	o->n += next;
+	if (nk)
+		memcpy(o->b + o->n, key, nk);
+	o->n += nk;
+	if (nv)
+		memcpy(o->b + o->n, val, nv);
+	o->n += nv;
+}
+
+#define V(lit) lit, sizeof(lit) - 1
+#define NOV NULL, 0
+
+static void test_binary(void **state)
+{
+	struct bbuf in = { .n = 0 }, want = { .n = 0 };
+	static const char set_ext[8] = { 0, 0, 0, 5, 0, 0, 0, 0 };         /* flags 5, no expiry */
+	static const char flags5[4] = { 0, 0, 0, 5 };
+	static const char incr_ext[20] = { 0, 0, 0, 0, 0, 0, 0, 1,  0, 0, 0, 0, 0, 0, 0, 7 };
+	static const char seven[8] = { 0, 0, 0, 0, 0, 0, 0, 7 };
+	struct srv v;
+
+	(void)state;
+	bpkt(&in, 0x80, 0x01, 0, 1, 0, set_ext, 8, "k", V("hello"));  /* set */
+	bpkt(&want, 0x81, 0x01, 0, 1, 1, NULL, 0, NULL, NOV);
+	bpkt(&in, 0x80, 0x09, 0, 2, 0, NULL, 0, "k", NOV);  /* getq: a hit */
+	bpkt(&want, 0x81, 0x09, 0, 2, 1, flags5, 4, NULL, V("hello"));
+	bpkt(&in, 0x80, 0x0d, 0, 3, 0, NULL, 0, "x", NOV);  /* getkq: a miss */
+	bpkt(&in, 0x80, 0x11, 0, 4, 0, set_ext, 8, "q", V("v"));  /* setq: silent */
+	bpkt(&in, 0x80, 0x14, 0, 5, 0, NULL, 0, "x", NOV);  /* deleteq: error */
+	bpkt(&want, 0x81, 0x14, 1, 5, 0, NULL, 0, NULL, V("Not found"));
+	bpkt(&in, 0x80, 0x05, 0, 6, 0, incr_ext, 20, "n", NOV);  /* incr: created */
+	bpkt(&want, 0x81, 0x05, 0, 6, 3, NULL, 0, NULL, seven, 8);
+	bpkt(&in, 0x80, 0x0c, 0, 7, 0, NULL, 0, "q", NOV);  /* getk */
+	bpkt(&want, 0x81, 0x0c, 0, 7, 2, flags5, 4, "q", V("v"));
+	bpkt(&in, 0x80, 0x0a, 0, 8, 0, NULL, 0, NULL, NOV);  /* noop */
+	bpkt(&want, 0x81, 0x0a, 0, 8, 0, NULL, 0, NULL, NOV);
+	expect_b(in.b, in.n, want.b, want.n, false);
+
+	/* a header without the magic, after a good request: closed without a word */
+	in.n = want.n = 0;
+	bpkt(&in, 0x80, 0x0a, 0, 1, 0, NULL, 0, NULL, NOV);
+	bpkt(&want, 0x81, 0x0a, 0, 1, 0, NULL, 0, NULL, NOV);
+	bpkt(&in, 0x81, 0x0a, 0, 2, 0, NULL, 0, NULL, NOV);
+	expect_b(in.b, in.n, want.b, want.n, true);
+
+	/* a get waits for room for its value, then answers */
+	srv_open(&v, 16384, 64u << 20, true, true);
+	in.n = 0;
+	bpkt(&in, 0x80, 0x00, 0, 1, 0, NULL, 0, "k", NOV);
+	v.room = 100;
+	assert_int_equal(kv_conn_feed(v.c, (const uint8_t *)in.b, in.n), 0);
+	assert_true(kv_conn_blocked(v.c));
+	v.room = SIZE_MAX;
+	assert_int_equal(kv_conn_feed(v.c, (const uint8_t *)in.b, in.n), in.n);
+	assert_int_equal(v.olen, 24 + 9);   /* Not found */
+	srv_close(&v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_huge_multiget),
+		cmocka_unit_test(test_binary),
 		cmocka_unit_test(test_numbers),
 		cmocka_unit_test(test_tokenize),
 		cmocka_unit_test(test_base64),

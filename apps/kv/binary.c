@@ -169,6 +169,7 @@ static void bin_get(struct kv_conn *c, int op, const uint8_t *ext, const char *k
 		ws->cmd_get++;
 		hit = kv_get(c->p->store, c->w, key, nkey, &v);
 	}
+	kv_detail_note(c->p, KV_DETAIL_GET, key, nkey, hit);
 	if (hit) {
 		put32(flags, v.flags);
 		bin_answer(c, ST_OK, v.cas, flags, 4, with_key ? key : NULL, with_key ? nkey : 0,
@@ -193,6 +194,7 @@ static void bin_update(struct kv_conn *c, int op, const uint8_t *ext, const char
 	enum kv_result r;
 	struct kv_new *n;
 
+	kv_detail_note(c->p, KV_DETAIL_SET, key, nkey, false);
 	n = kv_alloc(c->p->store, c->w, key, nkey, flags, exp, vlen, &r);
 	if (!n) {
 		if (r == KV_TOO_LARGE) {
@@ -306,6 +308,7 @@ static void bin_arith(struct kv_conn *c, int op, const uint8_t *ext, const char 
 
 static void bin_delete(struct kv_conn *c, const char *key, uint16_t nkey)
 {
+	kv_detail_note(c->p, KV_DETAIL_DEL, key, nkey, false);
 	switch (kv_delete(c->p->store, c->w, key, nkey, c->bin.cas)) {
 	case KV_DELETED: bin_ok(c, 0, NULL, 0); break;
 	case KV_EXISTS: bin_error(c, ST_EEXISTS, 0); break;

@@ -212,6 +212,12 @@ int kv_proto_init(struct kv_proto *p, struct kv_store *store, const struct kv_se
 		return -ENOMEM;
 	memset(p->ws, 0, sizeof(*p->ws) * p->n_workers);
 	atomic_init(&p->slab_automove, 1);
+	p->detail = kv_detail_new();
+	if (!p->detail) {
+		free(p->ws);
+		p->ws = NULL;
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -219,6 +225,8 @@ void kv_proto_fini(struct kv_proto *p)
 {
 	free(p->ws);
 	p->ws = NULL;
+	kv_detail_free(p->detail);
+	p->detail = NULL;
 }
 
 struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out *out)
@@ -292,14 +300,20 @@ static void get_emit(struct kv_conn *c, const struct kv_item_view *v, bool cas)
 static bool get_lookup(struct kv_conn *c, const char *k, size_t nk, bool touch, uint32_t exp,
 		       struct kv_item_view *v)
 {
+	bool hit;
+
 	struct kv_wstats *ws = &c->p->ws[c->w];
 
 	if (touch) {
 		ws->cmd_touch++;
-		return kv_touch(c->p->store, c->w, k, nk, exp, v) == KV_TOUCHED;
+		hit = kv_touch(c->p->store, c->w, k, nk, exp, v) == KV_TOUCHED;
+		kv_detail_note(c->p, KV_DETAIL_GET, k, nk, hit);
+		return hit;
 	}
 	ws->cmd_get++;
-	return kv_get(c->p->store, c->w, k, nk, v);
+	hit = kv_get(c->p->store, c->w, k, nk, v);
+	kv_detail_note(c->p, KV_DETAIL_GET, k, nk, hit);
+	return hit;
 }
 
 /* Next key of a get line from @*off; false at the end. */
@@ -439,6 +453,7 @@ static void cmd_update(struct kv_conn *c, struct kv_tok *t, size_t nt, enum kv_s
 		kv_out_str(c, "CLIENT_ERROR bad command line format");
 		return;
 	}
+	kv_detail_note(c->p, KV_DETAIL_SET, t[1].p, t[1].len, false);
 	n = kv_alloc(c->p->store, c->w, t[1].p, t[1].len, flags, kv_exptime(c, exp),
 		     (uint32_t)vlen, &r);
 	if (!n) {
@@ -531,6 +546,7 @@ static void cmd_delete(struct kv_conn *c, struct kv_tok *t, size_t nt)
 		kv_out_str(c, "CLIENT_ERROR bad command line format");
 		return;
 	}
+	kv_detail_note(c->p, KV_DETAIL_DEL, t[1].p, t[1].len, false);
 	if (kv_delete(c->p->store, c->w, t[1].p, t[1].len, 0) == KV_DELETED)
 		kv_out_str(c, "DELETED");
 	else

@@ -89,7 +89,28 @@ struct kv_proto {
 	unsigned n_workers;
 	struct kv_wstats *ws;        /* n_workers of them */
 	_Atomic unsigned slab_automove; /* what `slabs automove` last set (memcached: 1) */
+	_Atomic bool detail_on;      /* stats detail on: count by key prefix (detail.c) */
+	struct kv_detail *detail;
 };
+
+/* detail.c: memcached's per-prefix stats (`stats detail on|off|dump`). */
+#define KV_DETAIL_DELIM ':'
+#define KV_DETAIL_MAX   100000   /* prefixes held; new ones past it are counted as dropped */
+enum kv_detail_op { KV_DETAIL_GET, KV_DETAIL_SET, KV_DETAIL_DEL };
+struct kv_detail *kv_detail_new(void);
+void kv_detail_free(struct kv_detail *d);
+void kv_detail_clear(struct kv_detail *d);
+void kv_detail_record(struct kv_detail *d, enum kv_detail_op op, const char *key, size_t nkey,
+		      bool hit);
+/* "PREFIX p get N hit N set N del N\r\n"... "END\r\n", malloc'd; NULL: out of memory. */
+char *kv_detail_dump(struct kv_detail *d, size_t *len);
+/* Record when stats detail is on (one relaxed load when off). */
+static inline void kv_detail_note(struct kv_proto *p, enum kv_detail_op op, const char *key,
+				  size_t nkey, bool hit)
+{
+	if (atomic_load_explicit(&p->detail_on, memory_order_relaxed))
+		kv_detail_record(p->detail, op, key, nkey, hit);
+}
 
 /* 0 or -errno (ENOMEM). @store is borrowed. */
 int kv_proto_init(struct kv_proto *p, struct kv_store *store, const struct kv_settings *set,

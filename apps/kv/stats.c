@@ -315,7 +315,7 @@ static void stats_settings(struct kv_proto *p, struct sbuf *b)
 	U("num_threads", st->num_threads);
 	U("num_threads_per_udp", st->num_threads);
 	sb_stat(b, "stat_key_prefix", "%c", ':');
-	sb_stat(b, "detail_enabled", "%s", "no");
+	sb_stat(b, "detail_enabled", "%s", atomic_load(&p->detail_on) ? "yes" : "no");
 	U("reqs_per_event", 20);
 	sb_stat(b, "cas_enabled", "%s", st->use_cas ? "yes" : "no");
 	U("tcp_backlog", 1024);
@@ -344,6 +344,36 @@ static void stats_reset(struct kv_proto *p)
 		w->curr_conns = curr;
 	}
 	kv_store_stats_reset(p->store);
+	kv_detail_clear(p->detail);   /* memcached's stats_reset clears the prefixes too */
+}
+
+/* stats detail on|off|dump (memcached's process_stats_detail). */
+static bool stats_detail(struct kv_conn *c, const struct kv_tok *t, size_t nt)
+{
+	if (nt >= 4 && kv_tok_is(&t[2], "on")) {
+		atomic_store(&c->p->detail_on, true);
+		kv_out_str(c, "OK");
+	} else if (nt >= 4 && kv_tok_is(&t[2], "off")) {
+		atomic_store(&c->p->detail_on, false);
+		kv_out_str(c, "OK");
+	} else if (nt >= 4 && kv_tok_is(&t[2], "dump")) {
+		size_t len;
+		char *dump = kv_detail_dump(c->p->detail, &len);
+		struct iovec iov = { dump, len };
+
+		if (!dump) {
+			kv_out_str(c, "SERVER_ERROR out of memory writing stats");
+		} else if (kv_out_room(c) < len) {
+			free(dump);
+			return false;
+		} else {
+			kv_out_iov(c, &iov, 1);
+		}
+		free(dump);
+	} else {
+		kv_out_str(c, "CLIENT_ERROR usage: stats detail on|off|dump");
+	}
+	return true;
 }
 
 /* The subcommands that answer one line; false if @sub is not one of them. */
@@ -354,14 +384,6 @@ static bool stats_oneline(struct kv_conn *c, const struct kv_tok *t, size_t nt)
 	if (t[1].len == 5 && !memcmp(t[1].p, "reset", 5)) {
 		stats_reset(c->p);
 		kv_out_str(c, "RESET");
-	} else if (t[1].len == 6 && !memcmp(t[1].p, "detail", 6)) {
-		if (nt >= 4 && ((t[2].len == 2 && !memcmp(t[2].p, "on", 2)) ||
-				(t[2].len == 3 && !memcmp(t[2].p, "off", 3))))
-			kv_out_str(c, "OK");
-		else if (nt >= 4 && t[2].len == 4 && !memcmp(t[2].p, "dump", 4))
-			kv_out_str(c, "END");
-		else
-			kv_out_str(c, "CLIENT_ERROR usage: stats detail on|off|dump");
 	} else if (t[1].len == 9 && !memcmp(t[1].p, "cachedump", 9)) {
 		if (nt < 5)
 			kv_out_str(c, "CLIENT_ERROR bad command line");
@@ -381,6 +403,8 @@ bool kv_stats_command(struct kv_conn *c, struct kv_tok *t, size_t nt)
 {
 	struct sbuf b = { 0 };
 
+	if (nt > 2 && kv_tok_is(&t[1], "detail"))
+		return stats_detail(c, t, nt);
 	if (nt > 2 && stats_oneline(c, t, nt))
 		return true;
 	if (nt == 2)
@@ -640,11 +664,22 @@ int kv_bin_stats(struct kv_conn *c, const char *key, size_t nkey)
 	} else if (key_starts(key, nkey, "settings")) {
 		stats_settings(c->p, &b);
 	} else if (key_starts(key, nkey, "detail")) {
-		if (key_starts(key + 6, nkey - 6, " dump"))
-			sb_bin(&b, "detailed", 8, "END\r\n", 5);
-		else if (!key_starts(key + 6, nkey - 6, " on") &&
-			 !key_starts(key + 6, nkey - 6, " off"))
+		if (key_starts(key + 6, nkey - 6, " dump")) {
+			size_t len;
+			char *dump = kv_detail_dump(c->p->detail, &len);
+
+			if (!dump)
+				b.oom = true;
+			else
+				sb_bin(&b, "detailed", 8, dump, len);
+			free(dump);
+		} else if (key_starts(key + 6, nkey - 6, " on")) {
+			atomic_store(&c->p->detail_on, true);
+		} else if (key_starts(key + 6, nkey - 6, " off")) {
+			atomic_store(&c->p->detail_on, false);
+		} else {
 			return -1;
+		}
 	} else if (key_is(key, nkey, "items")) {
 		kv_store_stats_items(c->p->store, sb_emit, &b);
 	} else if (key_is(key, nkey, "slabs")) {

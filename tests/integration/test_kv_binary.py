@@ -102,8 +102,8 @@ def normal(pkts, op_of_step):
             magic, op, st, el, kl, opq, cas, body = p
             if op == VERSION and st == 0:
                 body = b"<version>"
-            elif op == STAT and st == 0:
-                body = body[:kl]          # the name only
+            elif op == STAT and st == 0 and body[:kl] != b"detailed":
+                body = body[:kl]          # the name only (a figure), but the detail dump
             p = (magic, op, st, el, kl, opq, cas, body)
         out.append(p)
     return out
@@ -153,6 +153,10 @@ STEPS = [
     ("pipelined quiet gets", b"".join(setx(SETQ, b"p%d" % i, b"v%d" % i) for i in range(50))
      + b"".join(req(GETKQ, b"p%d" % i, opaque=i) for i in range(60))),
     ("stats", req(STAT, opaque=9)),
+    ("stats detail", req(STAT, b"detail on") + setx(SET, b"x:1", b"v") + req(GET, b"x:1")
+     + req(GETKQ, b"x:2") + req(TOUCH, b"x:1", struct.pack(">I", 100)) + req(APPEND, b"y:1", val=b"v")
+     + req(DELETE, b"y:2") + arith(INCR, b"z:1", 1) + req(STAT, b"detail dump")
+     + req(STAT, b"detail off") + req(GET, b"x:1") + req(STAT, b"detail dump")),
     ("stats groups", req(STAT, b"settings") + req(STAT, b"items") + req(STAT, b"slabs")
      + req(STAT, b"sizes") + req(STAT, b"detail dump") + req(STAT, b"detail on")
      + req(STAT, b"detail off")),

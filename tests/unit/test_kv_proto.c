@@ -730,6 +730,13 @@ static void test_stats(void **state)
 	assert_string_equal(v.out, "ERROR\r\nRESET\r\nCLIENT_ERROR usage: stats detail on|off|dump\r\n"
 			    "OK\r\nEND\r\nCLIENT_ERROR bad command line\r\n"
 			    "CLIENT_ERROR bad command line format\r\n");
+	/* detail is on now: per prefix, in memcached's order (see 87_detail.txt) */
+	v.olen = 0;
+	FEED(&v, "set a:1 0 0 1\r\nx\r\nget a:1 a:2 b:1 c\r\ndelete b:9\r\nstats detail dump\r\n"
+		   "stats reset\r\nstats detail dump\r\n", SPLIT_BYTES);
+	assert_string_equal(v.out, "STORED\r\nVALUE a:1 0 1\r\nx\r\nEND\r\nNOT_FOUND\r\n"
+			    "PREFIX b get 1 hit 0 set 0 del 1\r\n"
+			    "PREFIX a get 2 hit 1 set 1 del 0\r\nEND\r\nRESET\r\nEND\r\n");
 	srv_close(&v);
 }
 

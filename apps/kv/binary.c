@@ -478,6 +478,7 @@ size_t kv_bin_feed(struct kv_conn *c, const uint8_t *d, size_t len)
 	if (len < need)
 		return 0;
 	c->noreply = false;
+	atomic_store_explicit(&c->last_cmd, kv_store_now(c->p->store), memory_order_relaxed);
 	if (!bin_dispatch(c, d)) {
 		c->blocked = true;
 		return 0;

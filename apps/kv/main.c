@@ -222,6 +222,7 @@ static void *kv_accept(struct fp_evl_conn *c, void *larg)
 	}
 	mc->c = c;
 	mc->wk = wk;
+	kv_conn_set_peer(mc->kc, fp_evl_conn_raddr(c), fp_evl_conn_rport(c));
 	if ((mc->next = wk->conns))
 		wk->conns->pprev = &mc->next;
 	wk->conns = mc;

@@ -212,6 +212,8 @@ int kv_proto_init(struct kv_proto *p, struct kv_store *store, const struct kv_se
 		return -ENOMEM;
 	memset(p->ws, 0, sizeof(*p->ws) * p->n_workers);
 	atomic_init(&p->slab_automove, 1);
+	pthread_mutex_init(&p->conns_mu, NULL);
+	p->conns_seq = 1;
 	p->detail = kv_detail_new();
 	if (!p->detail) {
 		free(p->ws);
@@ -227,6 +229,7 @@ void kv_proto_fini(struct kv_proto *p)
 	p->ws = NULL;
 	kv_detail_free(p->detail);
 	p->detail = NULL;
+	pthread_mutex_destroy(&p->conns_mu);
 }
 
 struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out *out)
@@ -240,7 +243,25 @@ struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out 
 	c->out = *out;
 	p->ws[c->w].curr_conns++;
 	p->ws[c->w].total_conns++;
+	atomic_init(&c->last_cmd, kv_store_now(p->store));
+	pthread_mutex_lock(&p->conns_mu);
+	c->id = p->conns_seq++;
+	c->reg_prev = p->conns_tail;
+	if (p->conns_tail)
+		p->conns_tail->reg_next = c;
+	else
+		p->conns_head = c;
+	p->conns_tail = c;
+	pthread_mutex_unlock(&p->conns_mu);
 	return c;
+}
+
+void kv_conn_set_peer(struct kv_conn *c, uint32_t addr, uint16_t port)
+{
+	pthread_mutex_lock(&c->p->conns_mu);
+	c->raddr = addr;
+	c->rport = port;
+	pthread_mutex_unlock(&c->p->conns_mu);
 }
 
 void kv_conn_free(struct kv_conn *c)
@@ -250,6 +271,16 @@ void kv_conn_free(struct kv_conn *c)
 	if (c->nw)
 		kv_new_free(c->p->store, c->w, c->nw);
 	c->p->ws[c->w].curr_conns--;
+	pthread_mutex_lock(&c->p->conns_mu);
+	if (c->reg_prev)
+		c->reg_prev->reg_next = c->reg_next;
+	else
+		c->p->conns_head = c->reg_next;
+	if (c->reg_next)
+		c->reg_next->reg_prev = c->reg_prev;
+	else
+		c->p->conns_tail = c->reg_prev;
+	pthread_mutex_unlock(&c->p->conns_mu);
 	free(c->stage.pc);
 	free(c->stage.iov);
 	free(c->stage.arena);
@@ -812,6 +843,7 @@ static size_t feed_line(struct kv_conn *c, const uint8_t *d, size_t len)
 	if ((nul = memchr(d, '\0', n)))            /* memcached's strlen() */
 		n = (size_t)(nul - d);
 	c->noreply = false;
+	atomic_store_explicit(&c->last_cmd, kv_store_now(c->p->store), memory_order_relaxed);
 	if (!process_line(c, (const char *)d, n)) {
 		c->blocked = true;
 		return 0;

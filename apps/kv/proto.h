@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -91,6 +92,10 @@ struct kv_proto {
 	_Atomic unsigned slab_automove; /* what `slabs automove` last set (memcached: 1) */
 	_Atomic bool detail_on;      /* stats detail on: count by key prefix (detail.c) */
 	struct kv_detail *detail;
+	/* every connection, for stats conns: in order of arrival, under @conns_mu */
+	pthread_mutex_t conns_mu;
+	struct kv_conn *conns_head, *conns_tail;
+	uint64_t conns_seq;          /* the next connection's number */
 };
 
 /* detail.c: memcached's per-prefix stats (`stats detail on|off|dump`). */
@@ -251,7 +256,17 @@ struct kv_conn {
 	/* the protocol, chosen by the first byte (binary.c) */
 	bool negotiated, binary;
 	struct kv_bin_req bin;       /* the binary request being served */
+	/* stats conns: number, peer (host order; 0: unknown), last request (store clock) */
+	uint64_t id;
+	uint32_t raddr;
+	uint16_t rport;
+	_Atomic uint32_t last_cmd;
+	struct kv_conn *reg_next, *reg_prev;
 };
+
+/* The connection's peer, for stats conns (main.c, after kv_conn_new). */
+void kv_conn_set_peer(struct kv_conn *c, uint32_t addr, uint16_t port);
+#define KV_CONNS_LISTED 8192   /* stats conns lists this many connections at most */
 
 /* Stage @n pieces (copied) as one answer unless noreply. */
 void kv_out_iov(struct kv_conn *c, const struct iovec *iov, unsigned n);

@@ -347,6 +347,61 @@ static void stats_reset(struct kv_proto *p)
 	kv_detail_clear(p->detail);   /* memcached's stats_reset clears the prefixes too */
 }
 
+/*
+ * stats conns (memcached's process_stats_conns): the listener, then each connection in
+ * order of arrival, keyed by its number where memcached has its fd: its address, the
+ * listener's, its state in memcached's words, and seconds since its last request. At
+ * most KV_CONNS_LISTED connections are listed (memcached lists all; an answer must fit
+ * the output a connection may hold).
+ */
+static const char *conn_state(const struct kv_conn *c, const struct kv_conn *self)
+{
+	/* another worker's connection changes state as we read it: a snapshot, as memcached's
+	 * (its conns are read unlocked too) */
+	if (c == self)
+		return "conn_parse_cmd";
+	switch (c->st) {
+	case KV_ST_DATA: return "conn_nread";
+	case KV_ST_SWALLOW: return "conn_swallow";
+	default: return c->closing ? "conn_closing" : "conn_read";
+	}
+}
+
+static void ip_str(char *buf, size_t n, uint32_t a, uint16_t port)
+{
+	snprintf(buf, n, "tcp:%u.%u.%u.%u:%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255,
+		 port);
+}
+
+static void stats_conns(struct kv_conn *self, struct sbuf *b)
+{
+	struct kv_proto *p = self->p;
+	uint32_t now = kv_store_now(p->store);
+	char listen[64], addr[64], key[48];
+	unsigned n = 0;
+
+	snprintf(listen, sizeof(listen), "tcp:%s:%u", p->set.inter ? p->set.inter : "0.0.0.0",
+		 p->set.tcpport);
+	sb_stat(b, "0:addr", "%s", listen);
+	sb_stat(b, "0:state", "%s", "conn_listening");
+	sb_stat(b, "0:secs_since_last_cmd", "%u", now);
+	pthread_mutex_lock(&p->conns_mu);
+	for (const struct kv_conn *c = p->conns_head; c && n < KV_CONNS_LISTED; c = c->reg_next, n++) {
+		uint32_t last = atomic_load_explicit(&c->last_cmd, memory_order_relaxed);
+
+		ip_str(addr, sizeof(addr), c->raddr, c->rport);
+		snprintf(key, sizeof(key), "%llu:addr", (unsigned long long)c->id);
+		sb_stat(b, key, "%s", addr);
+		snprintf(key, sizeof(key), "%llu:listen_addr", (unsigned long long)c->id);
+		sb_stat(b, key, "%s", listen);
+		snprintf(key, sizeof(key), "%llu:state", (unsigned long long)c->id);
+		sb_stat(b, key, "%s", conn_state(c, self));
+		snprintf(key, sizeof(key), "%llu:secs_since_last_cmd", (unsigned long long)c->id);
+		sb_stat(b, key, "%u", now > last ? now - last : 0);
+	}
+	pthread_mutex_unlock(&p->conns_mu);
+}
+
 /* stats detail on|off|dump (memcached's process_stats_detail). */
 static bool stats_detail(struct kv_conn *c, const struct kv_tok *t, size_t nt)
 {
@@ -417,7 +472,9 @@ bool kv_stats_command(struct kv_conn *c, struct kv_tok *t, size_t nt)
 		kv_store_stats_slabs(c->p->store, sb_emit, &b);
 	else if (kv_tok_is(&t[1], "sizes"))
 		sb_stat(&b, "sizes_status", "%s", "disabled");
-	else if (!kv_tok_is(&t[1], "conns")) {
+	else if (kv_tok_is(&t[1], "conns"))
+		stats_conns(c, &b);
+	else {
 		kv_out_str(c, "ERROR");
 		return true;
 	}

@@ -1038,6 +1038,52 @@ def test_stats_reset_like_memcached(fpkv, memcached):
     assert not diff, f"(phase, counter): (fp-kv, memcached): {diff}"
 
 
+def conns_view(cmd):
+    """stats conns seen from a third connection while one is idle and one is part-way
+    through a value: {connection: {field: value}} keyed by the client's own address."""
+    with Started(cmd, ["-m", "64", "-t", "1"]) as srv:
+        idle, mid, asker = (Conn(srv.host, srv.port) for _ in range(3))
+        try:
+            assert idle.cmd(b"version").startswith(b"VERSION")
+            mid.s.sendall(b"set k 0 0 10\r\nabc")
+            time.sleep(0.2)
+            seen = {}
+            for name, value in asker.stats(b"conns").items():
+                n, field = name.split(":", 1)
+                seen.setdefault(n, {})[field] = value
+            mine = {"tcp:%s:%d" % c.s.getsockname(): who
+                    for c, who in ((idle, "idle"), (mid, "mid"), (asker, "asker"))}
+            out = {}
+            for n, f in seen.items():
+                who = mine.get(f.get("addr"), "listener" if f.get("state") == "conn_listening"
+                               else f"other {f}")
+                out[who] = f
+            idle.close()
+            time.sleep(0.2)
+            names = set(asker.stats(b"conns"))
+        finally:
+            for c in (idle, mid, asker):
+                c.close()
+    return out, names, "tcp:%s:%d" % (srv.host, srv.port)
+
+
+def test_stats_conns_like_memcached(fpkv, memcached):
+    """Each connection with its address, the listener's, its state and its idle time, as
+    memcached lists them; a closed connection leaves the list."""
+    for cmd in (memcached_cmd(memcached), fpkv_kernel(fpkv)):
+        out, names, listen = conns_view(cmd)
+        assert set(out) == {"listener", "idle", "mid", "asker"}, (cmd[0], out)
+        assert out["listener"]["addr"] == listen and out["listener"]["state"] == "conn_listening"
+        for who, state in (("idle", "conn_read"), ("mid", "conn_nread"),
+                           ("asker", "conn_parse_cmd")):
+            assert set(out[who]) == {"addr", "listen_addr", "state", "secs_since_last_cmd"}, out
+            assert out[who]["listen_addr"] == listen, out
+            assert out[who]["state"] == state, (cmd[0], who, out[who])
+            assert int(out[who]["secs_since_last_cmd"]) >= 0, out[who]
+        addrs = [n for n in names if n.endswith(":addr")]
+        assert len(addrs) == 3, (cmd[0], names)   # idle has gone: the listener, mid, asker
+
+
 def test_stats_segment_counts_requests(fpkv, build_dir):
     """fp-stats' ops/s for fp-kv: every request line is one of the runtime's app_ops
     (issue 16, item 12: app_ops never moved)."""

@@ -730,6 +730,13 @@ static void test_stats(void **state)
 	assert_string_equal(v.out, "ERROR\r\nRESET\r\nCLIENT_ERROR usage: stats detail on|off|dump\r\n"
 			    "OK\r\nEND\r\nCLIENT_ERROR bad command line\r\n"
 			    "CLIENT_ERROR bad command line format\r\n");
+	v.olen = 0;
+	kv_conn_set_peer(v.c, 0x0a000002, 4242);
+	FEED(&v, "stats conns\r\n", SPLIT_BYTES);
+	assert_string_equal(v.out, "STAT 0:addr tcp:0.0.0.0:11211\r\nSTAT 0:state conn_listening\r\n"
+			    "STAT 0:secs_since_last_cmd 1000\r\n"
+			    "STAT 1:addr tcp:10.0.0.2:4242\r\nSTAT 1:listen_addr tcp:0.0.0.0:11211\r\n"
+			    "STAT 1:state conn_parse_cmd\r\nSTAT 1:secs_since_last_cmd 0\r\nEND\r\n");
 	/* detail is on now: per prefix, in memcached's order (see 87_detail.txt) */
 	v.olen = 0;
 	FEED(&v, "set a:1 0 0 1\r\nx\r\nget a:1 a:2 b:1 c\r\ndelete b:9\r\nstats detail dump\r\n"

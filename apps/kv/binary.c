@@ -170,6 +170,8 @@ static void bin_get(struct kv_conn *c, int op, const uint8_t *ext, const char *k
 		hit = kv_get(c->p->store, c->w, key, nkey, &v);
 	}
 	kv_detail_note(c->p, KV_DETAIL_GET, key, nkey, hit);
+	if (kv_watched(c->p, KV_WATCH_FETCHERS))
+		kv_watch_get(c, key, nkey, hit ? &v : NULL);
 	if (hit) {
 		put32(flags, v.flags);
 		bin_answer(c, ST_OK, v.cas, flags, 4, with_key ? key : NULL, with_key ? nkey : 0,
@@ -197,6 +199,10 @@ static void bin_update(struct kv_conn *c, int op, const uint8_t *ext, const char
 	kv_detail_note(c->p, KV_DETAIL_SET, key, nkey, false);
 	n = kv_alloc(c->p->store, c->w, key, nkey, flags, exp, vlen, &r);
 	if (!n) {
+		if (kv_watched(c->p, KV_WATCH_MUTATIONS))
+			kv_watch_store(c, key, nkey, op == OP_ADD ? KV_ADD : op == OP_REPLACE ?
+				       KV_REPLACE : op == OP_APPEND ? KV_APPEND : op == OP_PREPEND ?
+				       KV_PREPEND : KV_SET, r, 0, 0, 0);
 		if (r == KV_TOO_LARGE) {
 			c->p->ws[c->w].store_too_large++;
 			bin_error(c, ST_E2BIG, vlen);
@@ -234,8 +240,7 @@ void kv_bin_value_done(struct kv_conn *c)
 	c->p->ws[c->w].cmd_set++;
 	d[c->want] = '\r';                         /* the item keeps memcached's CRLF */
 	d[c->want + 1] = '\n';
-	r = kv_store_item(c->p->store, c->w, c->nw, c->mode, c->cas_in, &cas);
-	c->nw = NULL;
+	kv_watch_value_stored(c, c->nw, c->want, &r, &cas);
 	switch (r) {
 	case KV_STORED:
 		bin_ok(c, cas, NULL, 0);

@@ -110,6 +110,19 @@ struct kv_item_meta {
 };
 bool kv_store_dump(struct kv_store *s, unsigned w, uint64_t mask, struct kv_dump_cursor *cur,
 		   bool (*fn)(void *arg, const struct kv_item_meta *m), void *arg);
+/* An item evicted to make room (not an expired one reclaimed): told, if a hook is set,
+ * from the evicting worker with the item still readable (watch evictions). */
+struct kv_evicted {
+	const char *key;
+	uint8_t nkey;
+	bool fetched;
+	int64_t ttl;                  /* seconds left, -1: never expires */
+	uint32_t idle;                /* seconds since last access */
+	uint8_t cls;
+	uint32_t nbytes;              /* value length */
+};
+void kv_store_set_evict_hook(struct kv_store *s, void (*fn)(void *arg, const struct kv_evicted *e),
+			     void *arg);
 /* lru_crawler disable/enable: the expiry crawler stops (kv_store_crawl does nothing). */
 void kv_store_crawler_enable(struct kv_store *s, bool on);
 bool kv_store_crawler_enabled(const struct kv_store *s);
@@ -129,6 +142,7 @@ struct kv_item_view {
 	bool won;                 /* meta W: this fetch got the win token */
 	bool stale;               /* meta X: the item is stale (md I, ms I) */
 	bool token_sent;          /* meta Z: a win token went out before this fetch */
+	uint8_t clsid;            /* its slab class */
 };
 
 /*
@@ -185,7 +199,10 @@ struct kv_new;  /* an allocated, not yet linked item */
  * KV_TOO_LARGE or KV_NO_MEMORY. */
 struct kv_new *kv_alloc(struct kv_store *s, unsigned w, const char *key, size_t nkey,
 			uint32_t flags, uint32_t exptime, uint32_t nbytes, enum kv_result *res);
-uint8_t *kv_new_data(struct kv_new *n);   /* nbytes + 2 bytes: the value, then "\r\n" */
+uint8_t *kv_new_data(struct kv_new *n);
+unsigned kv_new_clsid(const struct kv_new *n);   /* its slab class */
+size_t kv_new_key(const struct kv_new *n, char *out);   /* copies its key (KV_KEY_MAX) */
+uint32_t kv_new_exptime(const struct kv_new *n); /* store clock, 0: never */   /* nbytes + 2 bytes: the value, then "\r\n" */
 /* Give up an allocated item (bad data chunk, connection gone). */
 void kv_new_free(struct kv_store *s, unsigned w, struct kv_new *n);
 /* Link @n by @mode (append/prepend build the combined item; cas compares @cas). @n is

@@ -84,7 +84,10 @@ static void kv_between_rounds(struct kv_worker *wk)
 
 static void kv_poll(struct fp_evl *evl)
 {
-	kv_between_rounds(fp_evl_user(evl));
+	struct kv_worker *wk = fp_evl_user(evl);
+
+	kv_between_rounds(wk);
+	kv_watch_drain(&wk->m->proto, wk->w);
 }
 
 static void mconn_free(struct kv_mconn *mc);

@@ -367,6 +367,8 @@ static void meta_get(struct kv_conn *c, struct kv_tok *t, size_t nt)
 	mg_args(c, &of, &a);
 	c->p->ws[c->w].cmd_get++;
 	r = kv_mget(c->p->store, c->w, t[1].p, t[1].len, &a, &v);
+	if (kv_watched(c->p, KV_WATCH_FETCHERS))
+		kv_watch_get(c, t[1].p, t[1].len, r == KV_MG_MISS ? NULL : &v);
 	if (r == KV_MG_MISS) {
 		c->noreply = of.no_reply;    /* q hides only EN */
 		memcpy(p, "EN", 2);

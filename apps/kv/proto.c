@@ -215,11 +215,12 @@ int kv_proto_init(struct kv_proto *p, struct kv_store *store, const struct kv_se
 	pthread_mutex_init(&p->conns_mu, NULL);
 	p->conns_seq = 1;
 	p->detail = kv_detail_new();
-	if (!p->detail) {
-		free(p->ws);
-		p->ws = NULL;
+	p->watch = kv_watch_new();
+	if (!p->detail || !p->watch) {
+		kv_proto_fini(p);
 		return -ENOMEM;
 	}
+	kv_store_set_evict_hook(store, kv_watch_evicted, p);
 	return 0;
 }
 
@@ -229,6 +230,10 @@ void kv_proto_fini(struct kv_proto *p)
 	p->ws = NULL;
 	kv_detail_free(p->detail);
 	p->detail = NULL;
+	kv_watch_free(p->watch);
+	p->watch = NULL;
+	if (p->store)
+		kv_store_set_evict_hook(p->store, NULL, NULL);
 	pthread_mutex_destroy(&p->conns_mu);
 }
 
@@ -262,6 +267,8 @@ void kv_conn_set_peer(struct kv_conn *c, uint32_t addr, uint16_t port)
 	c->raddr = addr;
 	c->rport = port;
 	pthread_mutex_unlock(&c->p->conns_mu);
+	if (kv_watched(c->p, KV_WATCH_CONNEVENTS))
+		kv_watch_conn(c, true);
 }
 
 void kv_conn_free(struct kv_conn *c)
@@ -270,6 +277,10 @@ void kv_conn_free(struct kv_conn *c)
 		return;
 	if (c->nw)
 		kv_new_free(c->p->store, c->w, c->nw);
+	if (c->watching)
+		kv_watch_remove(c);
+	if (kv_watched(c->p, KV_WATCH_CONNEVENTS))
+		kv_watch_conn(c, false);
 	c->p->ws[c->w].curr_conns--;
 	pthread_mutex_lock(&c->p->conns_mu);
 	if (c->reg_prev)
@@ -339,11 +350,15 @@ static bool get_lookup(struct kv_conn *c, const char *k, size_t nk, bool touch, 
 		ws->cmd_touch++;
 		hit = kv_touch(c->p->store, c->w, k, nk, exp, v) == KV_TOUCHED;
 		kv_detail_note(c->p, KV_DETAIL_GET, k, nk, hit);
+		if (kv_watched(c->p, KV_WATCH_FETCHERS))
+			kv_watch_get(c, k, nk, hit ? v : NULL);
 		return hit;
 	}
 	ws->cmd_get++;
 	hit = kv_get(c->p->store, c->w, k, nk, v);
 	kv_detail_note(c->p, KV_DETAIL_GET, k, nk, hit);
+	if (kv_watched(c->p, KV_WATCH_FETCHERS))
+		kv_watch_get(c, k, nk, hit ? v : NULL);
 	return hit;
 }
 
@@ -442,9 +457,13 @@ static bool cmd_get(struct kv_conn *c, const char *line, size_t len, struct kv_t
 /* ---- storage commands ---- */
 
 static void store_failed(struct kv_conn *c, enum kv_result r, const char *k, size_t nk,
-			 bool unlink_old, uint64_t swallow)
+			 enum kv_set_mode mode, uint64_t swallow)
 {
 	struct kv_wstats *ws = &c->p->ws[c->w];
+	bool unlink_old = mode == KV_SET;
+
+	if (kv_watched(c->p, KV_WATCH_MUTATIONS))
+		kv_watch_store(c, k, nk, mode, r, 0, 0, 0);
 
 	if (r == KV_TOO_LARGE) {
 		ws->store_too_large++;
@@ -488,13 +507,32 @@ static void cmd_update(struct kv_conn *c, struct kv_tok *t, size_t nt, enum kv_s
 	n = kv_alloc(c->p->store, c->w, t[1].p, t[1].len, flags, kv_exptime(c, exp),
 		     (uint32_t)vlen, &r);
 	if (!n) {
-		store_failed(c, r, t[1].p, t[1].len, mode == KV_SET, (uint64_t)vlen + 2);
+		store_failed(c, r, t[1].p, t[1].len, mode, (uint64_t)vlen + 2);
 		return;
 	}
 	c->mode = mode;
 	c->cas_in = cas;
 	c->meta_set = false;
 	kv_expect_value(c, n, (uint32_t)vlen);
+}
+
+/* Link the value that has come into @n (c->mode, c->cas_in), telling the mutation
+ * watchers; @n is gone after. */
+void kv_watch_value_stored(struct kv_conn *c, struct kv_new *n, uint32_t nbytes,
+			   enum kv_result *r, uint64_t *cas)
+{
+	if (!kv_watched(c->p, KV_WATCH_MUTATIONS)) {
+		*r = kv_store_item(c->p->store, c->w, n, c->mode, c->cas_in, cas);
+	} else {
+		char k[KV_KEY_MAX];
+		size_t nk = kv_new_key(n, k);
+		unsigned cls = kv_new_clsid(n);
+		uint32_t exp = kv_new_exptime(n);
+
+		*r = kv_store_item(c->p->store, c->w, n, c->mode, c->cas_in, cas);
+		kv_watch_store(c, k, nk, c->mode, *r, exp, nbytes, cls);
+	}
+	c->nw = NULL;
 }
 
 /* The value is in: memcached's complete_nread_ascii. */
@@ -515,8 +553,7 @@ static void value_done(struct kv_conn *c)
 		kv_out_str(c, "CLIENT_ERROR bad data chunk");
 		return;
 	}
-	r = kv_store_item(c->p->store, c->w, c->nw, c->mode, c->cas_in, &cas);
-	c->nw = NULL;
+	kv_watch_value_stored(c, c->nw, nb, &r, &cas);
 	if (c->meta_set) {
 		kv_meta_set_done(c, r, cas);
 		return;
@@ -652,6 +689,8 @@ static bool dispatch_misc(struct kv_conn *c, struct kv_tok *t, size_t nt)
 	} else if (kv_tok_is(&t[0], "touch")) {
 		if (kv_want_or(c, nt, 4, 5))
 			cmd_touch(c, t, nt);
+	} else if (kv_tok_is(&t[0], "watch")) {
+		kv_watch_command(c, t, nt);
 	} else if (kv_tok_is(&t[0], "quit")) {
 		kv_out_flush(c);
 		c->closing = true;
@@ -844,6 +883,8 @@ static size_t feed_line(struct kv_conn *c, const uint8_t *d, size_t len)
 		n = (size_t)(nul - d);
 	c->noreply = false;
 	atomic_store_explicit(&c->last_cmd, kv_store_now(c->p->store), memory_order_relaxed);
+	if (kv_watched(c->p, KV_WATCH_RAWCMDS))
+		kv_watch_rawcmd(c, (const char *)d, n);
 	if (!process_line(c, (const char *)d, n)) {
 		c->blocked = true;
 		return 0;
@@ -894,6 +935,8 @@ size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)
 	size_t pos = 0, n;
 
 	c->blocked = false;
+	if (c->watching)
+		return len;   /* memcached stops reading a watcher; its bytes mean nothing */
 	/* memcached's try_read_command_negotiate: the first byte a connection sends picks
 	 * its protocol for good */
 	if (!c->negotiated && len) {

@@ -92,11 +92,31 @@ struct kv_proto {
 	_Atomic unsigned slab_automove; /* what `slabs automove` last set (memcached: 1) */
 	_Atomic bool detail_on;      /* stats detail on: count by key prefix (detail.c) */
 	struct kv_detail *detail;
+	/* log watchers (watch.c): the kinds any of them wants, and their buffers */
+	_Atomic uint16_t watch_mask;
+	struct kv_watch *watch;
 	/* every connection, for stats conns: in order of arrival, under @conns_mu */
 	pthread_mutex_t conns_mu;
 	struct kv_conn *conns_head, *conns_tail;
 	uint64_t conns_seq;          /* the next connection's number */
 };
+
+/* watch.c: memcached's log watchers (`watch fetchers mutations ...`). */
+#define KV_WATCHERS_MAX      20          /* memcached's WATCHER_LIMIT */
+#define KV_WATCH_SYSEVENTS   (1u << 1)   /* memcached's LOG_* bits */
+#define KV_WATCH_FETCHERS    (1u << 2)
+#define KV_WATCH_MUTATIONS   (1u << 3)
+#define KV_WATCH_CONNEVENTS  (1u << 5)
+#define KV_WATCH_EVICTIONS   (1u << 6)
+#define KV_WATCH_RAWCMDS     (1u << 9)
+#define KV_WATCH_PROXY       (1u << 10)
+struct kv_watch *kv_watch_new(void);
+void kv_watch_free(struct kv_watch *wt);
+/* Is any watcher after @kind? One relaxed load. */
+static inline bool kv_watched(const struct kv_proto *p, unsigned kind)
+{
+	return atomic_load_explicit(&p->watch_mask, memory_order_relaxed) & kind;
+}
 
 /* detail.c: memcached's per-prefix stats (`stats detail on|off|dump`). */
 #define KV_DETAIL_DELIM ':'
@@ -262,7 +282,23 @@ struct kv_conn {
 	uint16_t rport;
 	_Atomic uint32_t last_cmd;
 	struct kv_conn *reg_next, *reg_prev;
+	bool watching;               /* a log watcher: its input is ignored (watch.c) */
 };
+
+/* watch.c: the events (each after kv_watched()), the command, and the worker's part:
+ * move its watchers' lines into their output (between rounds). */
+void kv_watch_value_stored(struct kv_conn *c, struct kv_new *n, uint32_t nbytes,
+			   enum kv_result *r, uint64_t *cas);
+void kv_watch_get(struct kv_conn *c, const char *key, size_t nkey, const struct kv_item_view *v);
+void kv_watch_store(struct kv_conn *c, const char *key, size_t nkey, enum kv_set_mode mode,
+		    enum kv_result r, uint32_t exptime, uint32_t nbytes, unsigned clsid);
+void kv_watch_evicted(void *arg, const struct kv_evicted *e);
+void kv_watch_conn(struct kv_conn *c, bool opened);
+void kv_watch_rawcmd(struct kv_conn *c, const char *line, size_t len);
+void kv_watch_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
+int kv_watch_add(struct kv_conn *c, uint16_t kinds);
+void kv_watch_remove(struct kv_conn *c);
+void kv_watch_drain(struct kv_proto *p, unsigned w);
 
 /* The connection's peer, for stats conns (main.c, after kv_conn_new). */
 void kv_conn_set_peer(struct kv_conn *c, uint32_t addr, uint16_t port);

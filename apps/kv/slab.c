@@ -319,10 +319,21 @@ static bool evict_one(struct kv_store *s, unsigned w, struct kv_class *c, struct
 		c->reclaimed++;
 		c->expired_unfetched += !(f & KV_F_FETCHED);
 	} else {
+		uint32_t exp = atomic_load_explicit(&it->exptime, memory_order_relaxed);
+
 		c->evicted++;
-		c->evicted_nonzero += atomic_load_explicit(&it->exptime, memory_order_relaxed) != 0;
+		c->evicted_nonzero += exp != 0;
 		c->evicted_unfetched += !(f & KV_F_FETCHED);
 		c->evicted_time = now - atomic_load_explicit(&it->atime, memory_order_relaxed);
+		if (s->evict_hook) {   /* the item is in limbo: readable until the grace period */
+			struct kv_evicted e = {
+				.key = kv_item_key(it), .nkey = it->nkey, .fetched = f & KV_F_FETCHED,
+				.ttl = exp ? (int64_t)exp - now : -1, .idle = c->evicted_time,
+				.cls = (uint8_t)it->clsid, .nbytes = it->nbytes,
+			};
+
+			s->evict_hook(s->evict_arg, &e);
+		}
 	}
 	return true;
 }
@@ -415,6 +426,13 @@ static unsigned crawl_class(struct kv_store *s, unsigned w, struct kv_class *c, 
 			break;
 	}
 	return got;
+}
+
+void kv_store_set_evict_hook(struct kv_store *s, void (*fn)(void *arg, const struct kv_evicted *e),
+			     void *arg)
+{
+	s->evict_arg = arg;
+	s->evict_hook = fn;
 }
 
 void kv_store_crawler_enable(struct kv_store *s, bool on)

@@ -354,6 +354,7 @@ static void fill_view(struct kv_item *it, struct kv_item_view *v)
 	v->fetched = f & KV_F_FETCHED;
 	v->stale = f & KV_F_STALE;
 	v->token_sent = f & KV_F_TOKEN;
+	v->clsid = (uint8_t)it->clsid;
 	v->won = false;
 }
 
@@ -440,6 +441,7 @@ static void mget_token(struct kv_store *s, struct kv_item *it, const struct kv_m
 		v->won = !(f & KV_F_TOKEN);
 	}
 	v->token_sent = f & KV_F_TOKEN;
+	v->clsid = (uint8_t)it->clsid;
 	v->stale = f & KV_F_STALE;
 }
 
@@ -532,6 +534,25 @@ static void pending_done(struct kv_store *s, const struct kv_item *it)
 }
 
 uint8_t *kv_new_data(struct kv_new *n) { return kv_item_value((struct kv_item *)(void *)n); }
+
+size_t kv_new_key(const struct kv_new *n, char *out)
+{
+	struct kv_item *it = (struct kv_item *)(void *)(uintptr_t)n;
+
+	memcpy(out, kv_item_key(it), it->nkey);
+	return it->nkey;
+}
+
+unsigned kv_new_clsid(const struct kv_new *n)
+{
+	return ((const struct kv_item *)(const void *)n)->clsid;
+}
+
+uint32_t kv_new_exptime(const struct kv_new *n)
+{
+	return atomic_load_explicit(&((const struct kv_item *)(const void *)n)->exptime,
+				    memory_order_relaxed);
+}
 
 void kv_new_free(struct kv_store *s, unsigned w, struct kv_new *n)
 {

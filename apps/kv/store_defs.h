@@ -204,6 +204,8 @@ struct kv_store {
 	_Atomic uint64_t slabs_moved;        /* pages emptied for another class */
 	_Atomic uint64_t crawler_starts;     /* expiry crawler passes */
 	_Atomic bool crawler_off;            /* lru_crawler disable */
+	void (*evict_hook)(void *arg, const struct kv_evicted *e);   /* set before workers run */
+	void *evict_arg;
 	struct kv_lock orphan_lock;
 	_Atomic bool have_orphans;
 	struct kv_item *orphans;             /* limbo left by workers that went offline */

@@ -1084,6 +1084,103 @@ def test_stats_conns_like_memcached(fpkv, memcached):
         assert len(addrs) == 3, (cmd[0], names)   # idle has gone: the listener, mid, asker
 
 
+WATCH_SCRIPT = (b"set a:b 0 100 1\r\nx\r\nget a:b nope\r\nadd a:b 0 0 1\r\ny\r\n"
+                b"append zz 0 0 1\r\nq\r\ndelete a:b\r\ngat 10 a:b\r\nmg a:b v\r\n"
+                b"set %b 0 0 1\r\nk\r\nget %b\r\nset big 0 0 2000000\r\n")
+ODD_KEY = b"k%\x01/+"
+
+
+def watch_lines(cmd, flags=("-m", "64", "-t", "1"), kinds=b"fetchers mutations connevents",
+                script=WATCH_SCRIPT % (ODD_KEY, ODD_KEY), big=True, until=None):
+    """The lines a watcher gets while another connection runs @script."""
+    with Started(cmd, list(flags)) as srv:
+        w = Conn(srv.host, srv.port)
+        c = None
+        try:
+            assert w.cmd(b"watch " + kinds) == b"OK"
+            c = Conn(srv.host, srv.port)
+            c.s.sendall(script)
+            if big:
+                time.sleep(0.2)
+                c.s.sendall(b"x" * 2000000 + b"\r\n")
+            c.s.settimeout(5)
+            while b"SERVER_ERROR object too large" not in c.buf and big:
+                c._fill()
+            c.close()
+            c = None
+            lines, deadline = [], time.time() + 10
+            while time.time() < deadline:
+                ln = w.buf.split(b"\n")
+                if (until or (lambda ls: any(b"type=conn_close" in x for x in ls)))(ln):
+                    break
+                w.s.settimeout(max(0.1, deadline - time.time()))
+                try:
+                    w._fill()
+                except (socket.timeout, ConnectionError):
+                    break
+            lines = [x.decode() for x in w.buf.split(b"\n") if x]
+        finally:
+            w.close()
+            if c:
+                c.close()
+    return lines
+
+
+def watch_norm(line):
+    """ts, gid, the connection's number and port differ by nature; so does a failed
+    store's clsid (memcached reads it from no item)."""
+    line = re.sub(r"^ts=\d+\.\d+ gid=\d+ ", "", line)
+    line = re.sub(r"(cfd|rport)=\d+", r"\1=N", line)
+    if "status=too_large" in line or "status=no_memory" in line:
+        line = re.sub(r"clsid=\d+", "clsid=N", line)
+    return line
+
+
+def test_watch_like_memcached(fpkv, memcached):
+    """A watcher gets each read, store and connection event in memcached's format; every
+    line fp-kv writes, memcached writes too, in the same order (memcached also logs the
+    lookups it makes inside set, add, delete and the like: apps/kv/README.md)."""
+    ref = [watch_norm(x) for x in watch_lines(memcached_cmd(memcached))]
+    got = [watch_norm(x) for x in watch_lines(fpkv_kernel(fpkv))]
+    assert any("type=item_get key=k%25%01%2F%2B status=found" in x for x in got), got
+    assert {x.split()[0] for x in got} == {"type=conn_new", "type=item_store", "type=item_get",
+                                           "type=conn_close"}, got
+    it = iter(ref)
+    missing = [x for x in got if not any(x == y for y in it)]
+    assert not missing, f"fp-kv lines memcached does not write (in order): {missing}\nref: {ref}"
+
+
+def test_watch_rawcmds_evictions_and_limits(fpkv, memcached):
+    got = watch_lines(fpkv_kernel(fpkv), kinds=b"rawcmds", big=False,
+                      script=b"set a 0 0 1\r\nx\r\nget a\r\n",
+                      until=lambda ls: sum(b"<" in x for x in ls) >= 2)
+    assert [re.sub(r"^ts=\S+ gid=\d+ <\d+ ", "", x) for x in got] == ["set a 0 0 1", "get a"], got
+    # evictions: 30 MB of 100 KB values into -m 8, on both servers
+    fill = b"".join(b"set e%d 0 0 100000\r\n%s\r\n" % (i, b"v" * 100000) for i in range(300))
+    for cmd in (memcached_cmd(memcached), fpkv_kernel(fpkv)):
+        ev = watch_lines(cmd, flags=("-m", "8", "-t", "1"), kinds=b"evictions", big=False,
+                         script=fill, until=lambda ls: sum(b"type=eviction" in x for x in ls) >= 5)
+        ev = [watch_norm(x) for x in ev]
+        assert len(ev) >= 5, (cmd[0], ev)
+        for x in ev[:5]:
+            assert re.fullmatch(r"type=eviction key=e\d+ fetch=no ttl=-1 la=\d+ clsid=\d+ "
+                                r"size=100000", x), (cmd[0], x)
+    # the answers around watch, side by side
+    for cmd in (memcached_cmd(memcached), fpkv_kernel(fpkv)):
+        with Started(cmd, ["-m", "64", "-t", "1"]) as srv:
+            c = Conn(srv.host, srv.port)
+            assert c.cmd(b"watch bogus") == b"ERROR", cmd[0]
+            c.s.sendall(b"version\r\nwatch\r\n")
+            assert c.line().startswith(b"VERSION") and \
+                c.line() == b"ERROR cannot pipeline other commands before watch", cmd[0]
+            ws = [Conn(srv.host, srv.port) for _ in range(21)]
+            answers = [x.cmd(b"watch") for x in ws]
+            assert answers.count(b"OK") == 20, (cmd[0], answers)
+            assert answers[-1] == b"WATCHER_TOO_MANY log watcher limit reached", cmd[0]
+            for x in ws + [c]:
+                x.close()
+
+
 def test_stats_segment_counts_requests(fpkv, build_dir):
     """fp-stats' ops/s for fp-kv: every request line is one of the runtime's app_ops
     (issue 16, item 12: app_ops never moved)."""

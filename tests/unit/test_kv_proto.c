@@ -828,6 +828,39 @@ static void test_huge_multiget(void **state)
 	srv_close(&v);
 }
 
+/* ---- watch: a watcher gets other connections' events once its worker drains ---- */
+
+static void test_watch(void **state)
+{
+	struct srv v, other = { .room = SIZE_MAX };
+	struct kv_out out = { t_write, t_room, &other };
+	struct kv_conn *b;
+	const char *l1, *l2;
+
+	(void)state;
+	srv_open(&v, 1u << 20, 64u << 20, true, true);
+	FEED(&v, "watch mutations rawcmds\r\n", SPLIT_WHOLE);
+	assert_string_equal(v.out, "OK\r\n");
+	b = kv_conn_new(&v.p, 0, &out);
+	assert_non_null(b);
+	assert_int_equal(kv_conn_feed(b, (const uint8_t *)"set k%1 0 0 1\r\nx\r\n", 18), 18);
+	assert_string_equal(other.out, "STORED\r\n");
+	/* the watcher's own input is ignored */
+	assert_int_equal(kv_conn_feed(v.c, (const uint8_t *)"get k\r\n", 7), 7);
+	v.olen = 0;
+	kv_watch_drain(&v.p, 0);
+	assert_non_null(v.out);
+	l1 = strstr(v.out, " <2 set k%1 0 0 1\n");
+	l2 = strstr(v.out, " type=item_store key=k%251 status=stored cmd=set ttl=0 clsid=1 cfd=2 size=1\n");
+	assert_non_null(l1);
+	assert_non_null(l2);
+	assert_true(l1 < l2);
+	assert_int_equal(strncmp(v.out, "ts=", 3), 0);
+	kv_conn_free(b);
+	free(other.out);
+	srv_close(&v);
+}
+
 /* ---- the binary protocol (answers as memcached 1.6.18's: tests/integration/test_kv_binary.py) ---- */
 
 struct bbuf {
@@ -922,6 +955,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_huge_multiget),
 		cmocka_unit_test(test_binary),
+		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_numbers),
 		cmocka_unit_test(test_tokenize),
 		cmocka_unit_test(test_base64),

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <xdp/xsk.h>
 
 #include <flowplane/log.h>
@@ -49,6 +50,11 @@ struct xdp_q {
 	struct xsk_socket *xsk;
 	void *area;
 	size_t area_len;
+	/* queue 0: other hosts' ARP frames copied by the filter (dev/xdp_filter.bpf.c), handed
+	 * to the stack as received frames so a neighbour's new MAC is learned at once */
+	struct ring_buffer *arps;
+	struct fp_mbuf **arp_out;
+	unsigned arp_n, arp_max;
 };
 
 static struct xdp_q *xq(struct fp_devq *dq) { return fp_container_of(dq, struct xdp_q, dq); }
@@ -109,11 +115,39 @@ static struct fp_mbuf *rx_frame(struct xdp_q *q, const struct xdp_desc *d)
 	return m;
 }
 
+/* One ARP frame from the filter's ring, as a received frame (the copy is dropped when the
+ * burst or the pool has no room: a later one will say the same). */
+static int arp_copy(void *ctx, void *data, size_t len)
+{
+	struct xdp_q *q = ctx;
+	struct fp_mbuf *m;
+
+	if (q->arp_n == q->arp_max || len > q->dq.pool->buf_size - q->dq.pool->headroom ||
+	    !(m = fp_pool_get(&q->dq.cache)))
+		return 0;
+	memcpy(fp_mbuf_append(m, (uint32_t)len), data, len);
+	m->port = q->dq.queue_id;
+	q->arp_out[q->arp_n++] = m;
+	return 0;
+}
+
 static unsigned xdp_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned max)
 {
 	struct xdp_q *q = xq(dq);
-	unsigned got = 0;
-	uint32_t idx, n = xsk_ring_cons__peek(&q->rx, max, &idx);
+	unsigned got = 0, arp = 0;
+	uint32_t idx, n;
+
+	/* first, so a neighbour's new address is known before the frames that follow it */
+	if (q->arps) {
+		q->arp_out = out;
+		q->arp_n = 0;
+		q->arp_max = max;
+		ring_buffer__consume(q->arps);   /* shared memory only: no system call */
+		arp = q->arp_n;
+		max -= arp;
+		out += arp;
+	}
+	n = xsk_ring_cons__peek(&q->rx, max, &idx);
 
 	for (uint32_t i = 0; i < n; i++) {
 		struct fp_mbuf *m = rx_frame(q, xsk_ring_cons__rx_desc(&q->rx, idx + i));
@@ -135,7 +169,7 @@ static unsigned xdp_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned 
 		recvfrom(q->fd, NULL, 0, MSG_DONTWAIT, NULL, NULL);
 		q->st.rx_wakeups++;
 	}
-	return got;
+	return arp + got;
 }
 
 /* Copy mode sends only inside sendto(), at most a budget (32) of frames per call; zero-copy
@@ -323,6 +357,7 @@ static void xdp_close(struct fp_devq *dq)
 	uint32_t qid = dq->queue_id;
 
 	bpf_map_delete_elem(q->x->xsks_fd, &qid);  /* frames for us go to the host from now */
+	ring_buffer__free(q->arps);
 	comp_drain(q);
 	xsk_socket__delete(q->xsk);
 	xsk_umem__delete(q->umem);
@@ -496,6 +531,10 @@ struct fp_devq *fp_xdp_queue_open(struct fp_xdp *x, unsigned queue_id, char *err
 		goto fail;
 	}
 	fill_post(q);
+	/* one reader for the ARP copies: queue 0's worker (the stack shares ARP with the
+	 * others: rt/steer.c); without the map (an older filter left attached) none */
+	if (queue_id == 0 && x->arps_fd >= 0)
+		q->arps = ring_buffer__new(x->arps_fd, arp_copy, q, NULL);
 	__atomic_fetch_add(&x->open_queues, 1, __ATOMIC_RELAXED);
 	return &q->dq;
 fail:

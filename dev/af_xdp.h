@@ -24,6 +24,7 @@ struct fp_xdp {
 	uint32_t attach_flags;     /* XDP_FLAGS_DRV_MODE or XDP_FLAGS_SKB_MODE */
 	struct bpf_object *obj;
 	int prog_fd, xsks_fd;      /* the filter and its XSKMAP (socket per rx queue) */
+	int arps_fd;               /* its ring of other hosts' ARP frames (queue 0 reads it) */
 };
 
 /* The one-line error for the caller, when it gave a buffer. */

@@ -1,4 +1,4 @@
-/* xdp_filter.bpf.c: steer flowplane's IPv4 address (and ARP for it) to AF_XDP; pass the rest. */
+/* xdp_filter.bpf.c: steer flowplane's IPv4 address (and ARP for it) to AF_XDP; pass the rest, copying other hosts' ARP. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 
@@ -34,6 +34,16 @@ struct {
 	__type(value, __u32);
 } fp_xsks SEC(".maps");
 
+/* Other hosts' ARP frames, for user space to learn from (RFC 826's merge rule: a sender
+ * already in our table is updated from any ARP we see; a gratuitous ARP is how a
+ * neighbour says its MAC changed). The frame itself still goes to the kernel: XDP
+ * cannot both pass a frame and redirect it. Full: the copy is dropped, nothing else. */
+#define ARP_FRAME 42   /* Ethernet header + Ethernet/IPv4 ARP */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 14);
+} fp_arps SEC(".maps");
+
 /* ARP for Ethernet/IPv4 (RFC 826): fixed 28 bytes. */
 struct arp_eth_ipv4 {
 	__be16 htype, ptype;
@@ -68,6 +78,12 @@ static __always_inline int ours(void *l3, void *end, __u16 type, __u32 addr)
 			return 0;
 		/* requests for us and replies to our requests both name us as target */
 		__builtin_memcpy(&tpa, arp->tpa, 4);
+		if (tpa != addr) {
+			__u8 frame[ARP_FRAME];
+
+			__builtin_memcpy(frame, (__u8 *)l3 - ETH_HLEN, ARP_FRAME);
+			bpf_ringbuf_output(&fp_arps, frame, ARP_FRAME, 0);
+		}
 		return tpa == addr;
 	}
 	return 0;  /* 802.1Q/802.1ad tags, IPv6, anything else: the host's */

@@ -183,6 +183,7 @@ static int prog_load(struct fp_xdp *x, char *err, size_t errlen)
 		goto fail;
 	x->prog_fd = bpf_program__fd(bpf_object__find_program_by_name(x->obj, XDP_PROG_NAME));
 	x->xsks_fd = bpf_map__fd(xsks);
+	x->arps_fd = bpf_object__find_map_fd_by_name(x->obj, "fp_arps");
 	ret = bpf_map_update_elem(bpf_object__find_map_fd_by_name(x->obj, "fp_cfg"), &zero,
 				  &cfg, BPF_ANY);
 	if (x->prog_fd >= 0 && x->xsks_fd >= 0 && !ret)
@@ -307,7 +308,7 @@ struct fp_xdp *fp_xdp_open(const struct fp_xdp_config *cfg, char *err, size_t er
 		return NULL;
 	}
 	x->cfg = *cfg;
-	x->prog_fd = x->xsks_fd = -1;
+	x->prog_fd = x->xsks_fd = x->arps_fd = -1;
 	if ((ret = config_check(&x->cfg, err, errlen)))
 		goto fail;
 	if (!cfg->ifname || strlen(cfg->ifname) >= IF_NAMESIZE ||

@@ -209,6 +209,47 @@ def test_ping_and_arp(topo, build_dir):
         assert st["workers"][0]["net"]["arp_req_rx"] + st["workers"][0]["net"]["arp_reply_rx"] > 0
 
 
+# The client's MAC changes and it says so with a gratuitous ARP (RFC 5227 §3: an ARP
+# request with sender and target both its own address, broadcast); the echo on a
+# connection that was open before must come back to the new MAC at once, not after
+# flowplane's ARP entry times out (60 s).
+GARP = r"""
+import socket, struct, subprocess, sys
+ifn, myip, addr, port, newmac, fpmac = sys.argv[1:4] + [int(sys.argv[4])] + sys.argv[5:7]
+s = socket.create_connection((addr, port), 5)
+s.sendall(b"a")
+assert s.recv(1) == b"a"
+subprocess.run(["ip", "link", "set", ifn, "address", newmac], check=True)
+# the kernel flushed its neighbours with the change: pin flowplane's, or its new ARP
+# request for flowplane's address would teach flowplane the new MAC by itself
+subprocess.run(["ip", "neigh", "replace", addr, "lladdr", fpmac, "dev", ifn, "nud", "permanent"],
+               check=True)
+mac, ip = bytes.fromhex(newmac.replace(":", "")), socket.inet_aton(myip)
+raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+raw.bind((ifn, 0))
+raw.send(b"\xff" * 6 + mac + b"\x08\x06" + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
+         + mac + ip + b"\0" * 6 + ip + b"\0" * 18)
+s.settimeout(3)
+s.sendall(b"b")
+assert s.recv(1) == b"b", "no echo at the new MAC"
+print("ok")
+"""
+
+
+def test_gratuitous_arp_moves_a_neighbour(topo, build_dir):
+    old = topo.sh(topo.cli_ns, "cat", f"/sys/class/net/{topo.cli_if}/address").stdout.strip()
+    fpmac = topo.sh(topo.srv_ns, "cat", f"/sys/class/net/{topo.srv_if}/address").stdout.strip()
+    try:
+        with Server(topo, build_dir) as srv:
+            out = client_py(topo, GARP, topo.cli_if, topo.cli_ip, srv.addr, PORT,
+                            "02:00:00:aa:bb:cc", fpmac)
+            assert out.strip() == "ok"
+    finally:
+        topo.sh(topo.cli_ns, "ip", "link", "set", topo.cli_if, "address", old)
+        topo.sh(topo.cli_ns, "ip", "neigh", "del", topo.fp_srv_ip, "dev", topo.cli_if,
+                check=False)
+
+
 def test_coexistence_with_kernel_server(topo, build_dir):
     """While flowplane owns 10.88.0.1 on the interface, Linux still serves 10.88.0.11 on it."""
     k = topo.popen(topo.srv_ns, [sys.executable, "-c", r"""

@@ -48,10 +48,10 @@ struct xdp_cfg {
 
 static struct {
 	struct bpf_object *obj;
-	int prog_fd, cfg_fd, xsks_fd, xsk;
+	int prog_fd, cfg_fd, xsks_fd, xsk, arps_fd;
 	uint32_t addr;       /* what fp_cfg holds now (host order) */
 	bool socket_in;      /* the queue-0 slot holds a socket */
-} P = { .prog_fd = -1, .cfg_fd = -1, .xsks_fd = -1, .xsk = -1 };
+} P = { .prog_fd = -1, .cfg_fd = -1, .xsks_fd = -1, .xsk = -1, .arps_fd = -1 };
 
 /* ---- the program ---- */
 
@@ -102,6 +102,7 @@ static int group_setup(void **state)
 	P.prog_fd = bpf_program__fd(bpf_object__find_program_by_name(P.obj, "fp_xdp_filter"));
 	P.cfg_fd = bpf_object__find_map_fd_by_name(P.obj, "fp_cfg");
 	P.xsks_fd = bpf_object__find_map_fd_by_name(P.obj, "fp_xsks");
+	P.arps_fd = bpf_object__find_map_fd_by_name(P.obj, "fp_arps");
 	/* An AF_XDP socket, never bound: enough for the XSKMAP and the redirect verdict. */
 	P.xsk = socket(AF_XDP, SOCK_RAW | SOCK_CLOEXEC, 0);
 	if (P.prog_fd < 0 || P.cfg_fd < 0 || P.xsks_fd < 0 || P.xsk < 0)
@@ -349,6 +350,55 @@ static void arp_for_us_redirected(void **state)
 	assert_int_equal(run(f, 14 + 27), XDP_PASS);
 }
 
+/* Other hosts' ARP frames are passed and copied (42 bytes) into fp_arps for the stack to
+ * learn from; ours, IPv4 and short frames are not copied. */
+struct copies {
+	unsigned n;
+	uint8_t last[64];
+	size_t last_len;
+};
+
+static int copy_seen(void *ctx, void *data, size_t len)
+{
+	struct copies *c = ctx;
+
+	c->n++;
+	c->last_len = len < sizeof(c->last) ? len : sizeof(c->last);
+	memcpy(c->last, data, c->last_len);
+	return 0;
+}
+
+static void arp_of_others_copied(void **state)
+{
+	struct copies c = { 0 };
+	struct ring_buffer *rb;
+	uint8_t f[FRAME_MAX];
+	size_t n;
+
+	(void)state;
+	NEED_ROOT();
+	assert_true(P.arps_fd >= 0);
+	rb = ring_buffer__new(P.arps_fd, copy_seen, &c, NULL);
+	assert_non_null(rb);
+	ring_buffer__consume(rb);                                    /* earlier tests' copies */
+	c.n = 0;
+	assert_int_equal(run(base[10], base_len[10]), XDP_PASS);     /* another target */
+	assert_int_equal(ring_buffer__consume(rb), 1);
+	assert_int_equal(c.last_len, 42);
+	assert_memory_equal(c.last, base[10], 42);
+	n = arp(f, 1, OTHER_IP, OTHER_IP);                           /* a neighbour's gratuitous */
+	assert_int_equal(run(f, n), XDP_PASS);
+	assert_int_equal(ring_buffer__consume(rb), 1);
+	assert_memory_equal(c.last, f, 42);
+	assert_int_equal(run(base[8], base_len[8]), XDP_REDIRECT);   /* for us: not copied */
+	assert_int_equal(run(base[0], base_len[0]), XDP_REDIRECT);   /* IPv4 to us */
+	n = arp(f, 1, OTHER_IP, OTHER_IP);
+	assert_int_equal(run(f, 14 + 27), XDP_PASS);                 /* short: not read */
+	assert_int_equal(ring_buffer__consume(rb), 0);
+	assert_int_equal(c.n, 2);
+	ring_buffer__free(rb);
+}
+
 static void other_ethertypes_passed(void **state)
 {
 	(void)state;
@@ -462,6 +512,7 @@ int main(void)
 		cmocka_unit_test_setup(ipv4_to_us_redirected, setup),
 		cmocka_unit_test_setup(ipv4_elsewhere_passed, setup),
 		cmocka_unit_test_setup(arp_for_us_redirected, setup),
+		cmocka_unit_test_setup(arp_of_others_copied, setup),
 		cmocka_unit_test_setup(other_ethertypes_passed, setup),
 		cmocka_unit_test_setup(truncated_frames, setup),
 		cmocka_unit_test_setup(no_socket_falls_back_to_pass, setup),

@@ -1,6 +1,7 @@
 /* main.c: fp-kv's command line (memcached's flags and the runtime's) and the protocol on flowplane's event layer. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -33,6 +34,7 @@
 #define KV_CRAWL_BUDGET   320     /* ...and looks at up to 320 chunks per slab class: 32k
 				   * a second, a lap of 1M items in about 30 s */
 #define KV_MIN_PENDING    (4u << 20)
+#define KV_TRIM_CLOSES    1024     /* closed connections that call for a malloc_trim */
 #define KV_MAX_TOTAL_PENDING (64u << 20) /* output of all connections, shared by workers */
 #define OPT_RT_BASE       FP_RT_OPT_BASE   /* getopt value of runtime option i */
 
@@ -54,6 +56,8 @@ struct kv_worker {
 	struct fp_timer tick;
 	unsigned ticks;
 	struct kv_mconn *conns;      /* live ones, to free at fini (evl resets them silently) */
+	unsigned closed;             /* connections freed since the last malloc_trim */
+	bool trim_again;
 };
 
 struct kv_mconn {
@@ -91,6 +95,7 @@ static void kv_poll(struct fp_evl *evl)
 }
 
 static void mconn_free(struct kv_mconn *mc);
+static void kv_trim_check(struct kv_worker *wk);
 
 /* Once a second: drop the connections whose value is overdue (proto.h), freeing the
  * memory they held; counted as the application's errors (fp-stats). */
@@ -125,6 +130,7 @@ static void kv_tick(struct fp_timer *t, uint64_t now_us)
 	if (++wk->ticks >= 1000000 / KV_TICK_US) {
 		wk->ticks = 0;
 		kv_uploads_check(wk);
+		kv_trim_check(wk);
 	}
 	if (wk->w == 0 && wk->ticks % KV_CRAWL_TICKS == 0)   /* one crawler, as memcached's */
 		kv_store_crawl(wk->m->proto.store, wk->w, KV_CRAWL_BUDGET);
@@ -156,7 +162,24 @@ static void mconn_free(struct kv_mconn *mc)
 		mc->next->pprev = mc->pprev;
 	kv_conn_free(mc->kc);
 	atomic_fetch_sub(&mc->wk->m->conns, 1);
+	mc->wk->closed++;
 	free(mc);
+}
+
+/* Once a second: after a storm of closed connections, give their memory back (their
+ * structures are small and scattered, so glibc does not return it by itself), and once
+ * more a second later for what the stack and evl freed after them. A trim walks the
+ * heap: about a millisecond for tens of MB, at most twice per storm. */
+static void kv_trim_check(struct kv_worker *wk)
+{
+	if (wk->closed >= KV_TRIM_CLOSES) {
+		wk->closed = 0;
+		wk->trim_again = true;
+		malloc_trim(0);
+	} else if (wk->trim_again) {
+		wk->trim_again = false;
+		malloc_trim(0);
+	}
 }
 
 static void kv_fini(struct fp_evl *evl)

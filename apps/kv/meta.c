@@ -1,6 +1,7 @@
 /* meta.c: memcached 1.6.18's meta commands (mg, ms, md, ma, mn, me) and the base64 keys they take. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "proto.h"
@@ -149,10 +150,11 @@ static bool preparse_value(struct kv_conn *c, const struct kv_tok *t, struct met
 /* The key in place of its base64 form (memcached decodes into the line itself). */
 static bool decode_key(struct kv_conn *c, struct kv_tok *key)
 {
-	size_t n = kv_b64_decode(key->p, key->len, c->mkey, key->len < sizeof(c->mkey) ?
-				 key->len : sizeof(c->mkey));
+	uint8_t *mkey = c->p->wx[c->w].mkey;
+	size_t n = kv_b64_decode(key->p, key->len, mkey, key->len < KV_KEY_MAX + 1 ?
+				 key->len : KV_KEY_MAX + 1);
 
-	key->p = (const char *)c->mkey;
+	key->p = (const char *)mkey;
 	key->len = n;
 	return n > 0;
 }
@@ -396,7 +398,7 @@ static void meta_get(struct kv_conn *c, struct kv_tok *t, size_t nt)
 void kv_meta_set_done(struct kv_conn *c, enum kv_result r, uint64_t cas)
 {
 	char buf[META_BUF], *p = buf;
-	const char *fp = c->ms_flags, *end = c->ms_flags + c->ms_flags_len;
+	const char *fp = c->ms->flags, *end = c->ms->flags + c->ms->flags_len;
 	static const char *const code[] = {
 		[KV_STORED] = "HD", [KV_EXISTS] = "EX", [KV_NOT_FOUND] = "NF",
 		[KV_NOT_STORED] = "NS",
@@ -413,7 +415,7 @@ void kv_meta_set_done(struct kv_conn *c, enum kv_result r, uint64_t cas)
 			while (fp < end && *fp != ' ')
 				*p++ = *fp++;
 		} else if (*fp == 'k') {
-			p = put_key(p, (const char *)c->ms_key, c->ms_nkey, c->ms_key_binary);
+			p = put_key(p, (const char *)c->ms->key, c->ms->nkey, c->ms->key_binary);
 		} else if (*fp == 'c') {
 			p = put_flag(p, 'c', r == KV_STORED ? cas : 0);
 		}
@@ -424,7 +426,7 @@ void kv_meta_set_done(struct kv_conn *c, enum kv_result r, uint64_t cas)
 /* Stash the return flags (O, k, c) for kv_meta_set_done; false if an opaque is too long. */
 static bool ms_stash(struct kv_conn *c, const struct kv_tok *t, size_t nt)
 {
-	char *p = c->ms_flags;
+	char *p = c->ms->flags;
 	bool ok = true;
 
 	for (size_t i = 2; i < nt - 1; i++) {
@@ -439,7 +441,7 @@ static bool ms_stash(struct kv_conn *c, const struct kv_tok *t, size_t nt)
 			*p++ = t[i].p[0];
 		}
 	}
-	c->ms_flags_len = (size_t)(p - c->ms_flags);
+	c->ms->flags_len = (size_t)(p - c->ms->flags);
 	return ok;
 }
 
@@ -487,6 +489,11 @@ static void meta_set(struct kv_conn *c, struct kv_tok *t, size_t nt)
 
 	if (!meta_head(c, t, nt, "CLIENT_ERROR options flags too long"))
 		return;
+	if (!c->ms && !(c->ms = calloc(1, sizeof(*c->ms)))) {
+		kv_out_err(c, "SERVER_ERROR out of memory");
+		c->closing = true;   /* its value would be read as commands */
+		return;
+	}
 	if (nt == 3 || !kv_strtol(t[2].p, t[2].len, &vlen) || vlen < 0 || vlen > INT_MAX - 2) {
 		kv_out_err(c, "CLIENT_ERROR bad command line format");
 		return;
@@ -507,9 +514,9 @@ static void meta_set(struct kv_conn *c, struct kv_tok *t, size_t nt)
 		kv_swallow(c, (uint64_t)vlen + 2);
 		return;
 	}
-	memcpy(c->ms_key, t[1].p, t[1].len);
-	c->ms_nkey = (uint8_t)t[1].len;
-	c->ms_key_binary = of.key_binary;
+	memcpy(c->ms->key, t[1].p, t[1].len);
+	c->ms->nkey = (uint8_t)t[1].len;
+	c->ms->key_binary = of.key_binary;
 	c->mode = mode;
 	c->cas_in = of.req_cas;
 	c->meta_set = true;

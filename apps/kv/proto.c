@@ -32,7 +32,7 @@ uint32_t kv_exptime(const struct kv_conn *c, int32_t t)
  * memory runs out. */
 static bool stage_reserve(struct kv_conn *c, size_t extra)
 {
-	struct kv_stage *st = &c->stage;
+	struct kv_stage *st = c->stage;
 
 	if (st->n == st->cap) {
 		unsigned cap = st->cap ? st->cap * 2 : 16;
@@ -63,7 +63,7 @@ oom:
 
 static void stage_copy(struct kv_conn *c, const void *p, size_t n)
 {
-	struct kv_stage *st = &c->stage;
+	struct kv_stage *st = c->stage;
 
 	if (!n || !stage_reserve(c, n))
 		return;
@@ -89,7 +89,7 @@ void kv_out_iov(struct kv_conn *c, const struct iovec *iov, unsigned n)
 void kv_out_ref(struct kv_conn *c, const void *hdr, size_t hlen, const uint8_t *val,
 		size_t vlen)
 {
-	struct kv_stage *st = &c->stage;
+	struct kv_stage *st = c->stage;
 
 	if (c->noreply)
 		return;
@@ -111,14 +111,41 @@ void kv_out_value(struct kv_conn *c, const char *hdr, size_t hlen, const uint8_t
 
 static void stage_reset(struct kv_conn *c)
 {
-	c->stage.n = 0;
-	c->stage.alen = 0;
-	c->stage.bytes = 0;
+	c->stage->n = 0;
+	c->stage->alen = 0;
+	c->stage->bytes = 0;
+}
+
+static void stage_free(struct kv_stage *st)
+{
+	free(st->pc);
+	free(st->iov);
+	free(st->arena);
+	memset(st, 0, sizeof(*st));
+}
+
+/* The end of a read: answers that must wait move from the worker's stage to the
+ * connection's own (buffers and all: the worker makes new ones when it next needs them);
+ * a connection's own stage, once written, is given back. */
+static void stage_settle(struct kv_conn *c)
+{
+	struct kv_stage *ws = &c->p->wx[c->w].stage;
+
+	if (c->stage == ws && ws->n) {
+		struct kv_stage t = c->own;
+
+		c->own = *ws;
+		*ws = t;
+		c->stage = &c->own;
+	} else if (c->stage == &c->own && !c->own.n) {
+		stage_free(&c->own);
+		c->stage = ws;
+	}
 }
 
 void kv_out_flush(struct kv_conn *c)
 {
-	struct kv_stage *st = &c->stage;
+	struct kv_stage *st = c->stage;
 	int rc;
 
 	c->reqs = 0;
@@ -148,7 +175,7 @@ void kv_out_flush(struct kv_conn *c)
  */
 static void stage_hold(struct kv_conn *c)
 {
-	struct kv_stage *st = &c->stage;
+	struct kv_stage *st = c->stage;
 	size_t ext = 0;
 
 	for (unsigned i = 0; i < st->n; i++)
@@ -190,7 +217,7 @@ size_t kv_out_room(const struct kv_conn *c)
 {
 	size_t room = c->out.room(c->out.arg);
 
-	return room > c->stage.bytes ? room - c->stage.bytes : 0;
+	return room > c->stage->bytes ? room - c->stage->bytes : 0;
 }
 
 size_t kv_value_reserve(const struct kv_conn *c)
@@ -211,6 +238,13 @@ int kv_proto_init(struct kv_proto *p, struct kv_store *store, const struct kv_se
 	if (!p->ws)
 		return -ENOMEM;
 	memset(p->ws, 0, sizeof(*p->ws) * p->n_workers);
+	p->wx = aligned_alloc(64, sizeof(*p->wx) * p->n_workers);
+	if (!p->wx) {
+		free(p->ws);
+		p->ws = NULL;
+		return -ENOMEM;
+	}
+	memset(p->wx, 0, sizeof(*p->wx) * p->n_workers);
 	atomic_init(&p->slab_automove, 1);
 	pthread_mutex_init(&p->conns_mu, NULL);
 	p->conns_seq = 1;
@@ -226,6 +260,10 @@ int kv_proto_init(struct kv_proto *p, struct kv_store *store, const struct kv_se
 
 void kv_proto_fini(struct kv_proto *p)
 {
+	for (unsigned i = 0; p->wx && i < p->n_workers; i++)
+		stage_free(&p->wx[i].stage);
+	free(p->wx);
+	p->wx = NULL;
 	free(p->ws);
 	p->ws = NULL;
 	kv_detail_free(p->detail);
@@ -246,6 +284,7 @@ struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out 
 	c->p = p;
 	c->w = w < p->n_workers ? w : 0;
 	c->out = *out;
+	c->stage = &p->wx[c->w].stage;
 	p->ws[c->w].curr_conns++;
 	p->ws[c->w].total_conns++;
 	atomic_init(&c->last_cmd, kv_store_now(p->store));
@@ -292,9 +331,8 @@ void kv_conn_free(struct kv_conn *c)
 	else
 		c->p->conns_tail = c->reg_prev;
 	pthread_mutex_unlock(&c->p->conns_mu);
-	free(c->stage.pc);
-	free(c->stage.iov);
-	free(c->stage.arena);
+	stage_free(&c->own);
+	free(c->ms);
 	free(c);
 }
 
@@ -968,6 +1006,7 @@ size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)
 		kv_out_flush(c);
 	else
 		stage_hold(c);
+	stage_settle(c);
 	c->p->ws[c->w].bytes_read += pos;
 	return pos;
 }

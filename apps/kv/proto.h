@@ -89,6 +89,7 @@ struct kv_proto {
 	uint64_t started_unix;       /* process start, for stats time and uptime */
 	unsigned n_workers;
 	struct kv_wstats *ws;        /* n_workers of them */
+	struct kv_wscratch *wx;      /* n_workers of them */
 	_Atomic unsigned slab_automove; /* what `slabs automove` last set (memcached: 1) */
 	_Atomic bool detail_on;      /* stats detail on: count by key prefix (detail.c) */
 	struct kv_detail *detail;
@@ -226,6 +227,22 @@ struct kv_stage {
 
 #define KV_META_RESP_MAX 1024   /* memcached's WRITE_BUFFER_SIZE: one meta status line */
 
+/* What a worker's connections use one at a time: the stage of the read being served,
+ * and a meta command's key decoded from base64. */
+struct kv_wscratch {
+	struct kv_stage stage;
+	uint8_t mkey[KV_KEY_MAX + 1];
+} __attribute__((aligned(64)));
+
+/* ms's answer flags and key, kept while its value arrives. */
+struct kv_ms {
+	bool key_binary;
+	uint8_t nkey;
+	size_t flags_len;
+	uint8_t key[KV_KEY_MAX];
+	char flags[KV_META_RESP_MAX / 2];   /* return flags in request order */
+};
+
 /* memcached's binary protocol (protocol_binary.h): a 24-byte header, extras, key, value. */
 #define KV_BIN_REQ_MAGIC 0x80
 #define KV_BIN_RES_MAGIC 0x81
@@ -251,13 +268,8 @@ struct kv_conn {
 	uint32_t want, got;          /* value + CRLF bytes expected, received */
 	enum kv_set_mode mode;
 	uint64_t cas_in;
-	bool meta_set;               /* ms: answer with @ms_flags */
-	bool ms_key_binary;
-	char ms_flags[KV_META_RESP_MAX / 2];  /* ms return flags in request order */
-	size_t ms_flags_len;
-	uint8_t ms_key[KV_KEY_MAX];
-	uint8_t mkey[KV_KEY_MAX + 1];  /* a meta command's key decoded from base64 */
-	uint8_t ms_nkey;
+	bool meta_set;               /* ms: answer with @ms's flags */
+	struct kv_ms *ms;            /* ms's stash, made on a connection's first ms (meta.c) */
 	/* KV_ST_SWALLOW */
 	uint64_t swallow;
 	/* a multiget stopped for room: where its next key starts in the line, plus one */
@@ -272,7 +284,12 @@ struct kv_conn {
 				      * app_ops: fp-stats' ops/s) */
 	uint64_t upload_deadline_ns; /* a value still arriving must be in by then (monotonic
 				      * clock); 0: none arriving, or it came in one piece */
-	struct kv_stage stage;
+	/* Answers are staged in the worker's stage (struct kv_wscratch) and written at the end
+	 * of each read; only when they must wait across reads (a value still arriving) does
+	 * the connection take them into @own, given back once written. So an idle
+	 * connection holds no output buffers. */
+	struct kv_stage *stage;
+	struct kv_stage own;
 	/* the protocol, chosen by the first byte (binary.c) */
 	bool negotiated, binary;
 	struct kv_bin_req bin;       /* the binary request being served */

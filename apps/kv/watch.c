@@ -274,7 +274,7 @@ void kv_watch_command(struct kv_conn *c, struct kv_tok *t, size_t nt)
 	uint16_t f = 0;
 
 	kv_set_noreply(c, t, nt);
-	if (c->stage.n) {
+	if (c->stage->n) {
 		kv_out_str(c, "ERROR cannot pipeline other commands before watch");
 		return;
 	}

@@ -1130,7 +1130,7 @@ def watch_norm(line):
     """ts, gid, the connection's number and port differ by nature; so does a failed
     store's clsid (memcached reads it from no item)."""
     line = re.sub(r"^ts=\d+\.\d+ gid=\d+ ", "", line)
-    line = re.sub(r"(cfd|rport)=\d+", r"\1=N", line)
+    line = re.sub(r"(cfd|rport)=-?\d+", r"\1=N", line)   # memcached: garbage cfd on a failed store
     if "status=too_large" in line or "status=no_memory" in line:
         line = re.sub(r"clsid=\d+", "clsid=N", line)
     return line

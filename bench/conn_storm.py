@@ -127,13 +127,18 @@ def one(kind, topo, build, conns):
         cli.stdin.flush()
         assert cli.stdout.readline().strip() == "closed"
         cli.wait(60)
-        time.sleep(1)
+        closed_at = time.time()
+        trace = []
+        while time.time() - closed_at < 6:
+            time.sleep(0.5)
+            trace.append(rss_kib(srv.pid))
         after = settle_rss(srv.pid)
     finally:
         stop_process(srv)
     return {"server": kind, "conns": conns, "rss_base_kib": base, "rss_held_kib": held,
             "rss_after_kib": after, "per_conn_bytes": (held - base) * 1024 / conns,
-            "kept_after_close_kib": after - base, "open_s": round(opened_s, 2)}
+            "kept_after_close_kib": after - base, "open_s": round(opened_s, 2),
+            "rss_after_close_trace_kib": trace}
 
 
 def med(xs, fmt="{:.0f}"):

@@ -35,6 +35,7 @@
 				   * a second, a lap of 1M items in about 30 s */
 #define KV_MIN_PENDING    (4u << 20)
 #define KV_TRIM_CLOSES    1024     /* closed connections that call for a malloc_trim */
+#define KV_TRIM_AFTER     3        /* and the seconds it is repeated after the last such */
 #define KV_MAX_TOTAL_PENDING (64u << 20) /* output of all connections, shared by workers */
 #define OPT_RT_BASE       FP_RT_OPT_BASE   /* getopt value of runtime option i */
 
@@ -57,7 +58,7 @@ struct kv_worker {
 	unsigned ticks;
 	struct kv_mconn *conns;      /* live ones, to free at fini (evl resets them silently) */
 	unsigned closed;             /* connections freed since the last malloc_trim */
-	bool trim_again;
+	unsigned trims_left;         /* after a storm: trims still to come, one a second */
 };
 
 struct kv_mconn {
@@ -166,20 +167,34 @@ static void mconn_free(struct kv_mconn *mc)
 	free(mc);
 }
 
+/* Give free heap memory back. malloc_trim(0) merges what is free and returns whole free
+ * pages inside the heaps, but shrinks only the main arena's top; this worker's arena
+ * (glibc gives each thread its own) keeps its free top until a free() of 64 KiB or more
+ * merges into it, so one is made here (volatile: the compiler would drop the pair). */
+static void kv_trim(void)
+{
+	void *volatile blk;
+
+	malloc_trim(0);
+	blk = malloc(64u << 10);
+	free(blk);
+}
+
 /* Once a second: after a storm of closed connections, give their memory back (their
- * structures are small and scattered, so glibc does not return it by itself), and once
- * more a second later for what the stack and evl freed after them. A trim walks the
- * heap: about a millisecond for tens of MB, at most twice per storm. */
+ * structures are small and scattered, so glibc does not return it by itself), then for
+ * KV_TRIM_AFTER more seconds, for what the stack and evl free after them. A trim walks
+ * the heap: about a millisecond for tens of MB, a few times per storm. */
 static void kv_trim_check(struct kv_worker *wk)
 {
 	if (wk->closed >= KV_TRIM_CLOSES) {
 		wk->closed = 0;
-		wk->trim_again = true;
-		malloc_trim(0);
-	} else if (wk->trim_again) {
-		wk->trim_again = false;
-		malloc_trim(0);
+		wk->trims_left = KV_TRIM_AFTER;
+	} else if (!wk->trims_left) {
+		return;
+	} else {
+		wk->trims_left--;
 	}
+	kv_trim();
 }
 
 static void kv_fini(struct fp_evl *evl)

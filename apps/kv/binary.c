@@ -240,7 +240,7 @@ void kv_bin_value_done(struct kv_conn *c)
 	c->p->ws[c->w].cmd_set++;
 	d[c->want] = '\r';                         /* the item keeps memcached's CRLF */
 	d[c->want + 1] = '\n';
-	kv_watch_value_stored(c, c->nw, c->want, &r, &cas);
+	kv_link_value(c, c->nw, c->want, &r, &cas);
 	switch (r) {
 	case KV_STORED:
 		bin_ok(c, cas, NULL, 0);

@@ -99,7 +99,8 @@ static void mconn_free(struct kv_mconn *mc);
 static void kv_trim_check(struct kv_worker *wk);
 
 /* Once a second: drop the connections whose value is overdue (proto.h), freeing the
- * memory they held; counted as the application's errors (fp-stats). */
+ * memory they held; counted as the application's errors (fp-stats). And free the log
+ * watchers whose output failed between reads (watch.c). */
 static void kv_uploads_check(struct kv_worker *wk)
 {
 	struct kv_mconn *mc, *next;
@@ -107,6 +108,10 @@ static void kv_uploads_check(struct kv_worker *wk)
 
 	for (mc = wk->conns; mc; mc = next) {
 		next = mc->next;
+		if (mc->aborted && kv_conn_closing(mc->kc)) {
+			mconn_free(mc);   /* a log watcher whose output failed (evl forgot it) */
+			continue;
+		}
 		if (mc->aborted || !kv_conn_upload_overdue(mc->kc, now))
 			continue;
 		fp_evl_abort(mc->c);

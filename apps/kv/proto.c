@@ -380,9 +380,8 @@ static void get_emit(struct kv_conn *c, const struct kv_item_view *v, bool cas)
 static bool get_lookup(struct kv_conn *c, const char *k, size_t nk, bool touch, uint32_t exp,
 		       struct kv_item_view *v)
 {
-	bool hit;
-
 	struct kv_wstats *ws = &c->p->ws[c->w];
+	bool hit;
 
 	if (touch) {
 		ws->cmd_touch++;
@@ -556,7 +555,7 @@ static void cmd_update(struct kv_conn *c, struct kv_tok *t, size_t nt, enum kv_s
 
 /* Link the value that has come into @n (c->mode, c->cas_in), telling the mutation
  * watchers; @n is gone after. */
-void kv_watch_value_stored(struct kv_conn *c, struct kv_new *n, uint32_t nbytes,
+void kv_link_value(struct kv_conn *c, struct kv_new *n, uint32_t nbytes,
 			   enum kv_result *r, uint64_t *cas)
 {
 	if (!kv_watched(c->p, KV_WATCH_MUTATIONS)) {
@@ -591,7 +590,7 @@ static void value_done(struct kv_conn *c)
 		kv_out_str(c, "CLIENT_ERROR bad data chunk");
 		return;
 	}
-	kv_watch_value_stored(c, c->nw, nb, &r, &cas);
+	kv_link_value(c, c->nw, nb, &r, &cas);
 	if (c->meta_set) {
 		kv_meta_set_done(c, r, cas);
 		return;

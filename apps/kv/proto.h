@@ -194,6 +194,10 @@ enum kv_frame { KV_FRAME_READY, KV_FRAME_NEED_MORE, KV_FRAME_CLOSE, KV_FRAME_GET
  * known to hold no '\n'. @stable: frame as if the bytes came in one read (split_stable). */
 enum kv_frame frame_line(const uint8_t *d, size_t len, size_t from, size_t *eol, bool stable);
 
+/* @a (host order) as dotted quad into @buf (KV_IPV4_STR bytes); returns @buf. */
+#define KV_IPV4_STR 16
+char *kv_ipv4_str(uint32_t a, char *buf);
+
 /* base64 as memcached's (hostap's): decode skips bytes outside the alphabet; 0 = error. */
 size_t kv_b64_decode(const char *src, size_t len, uint8_t *out, size_t outlen);
 size_t kv_b64_encode(const uint8_t *src, size_t len, char *out, size_t outlen);
@@ -304,8 +308,6 @@ struct kv_conn {
 
 /* watch.c: the events (each after kv_watched()), the command, and the worker's part:
  * move its watchers' lines into their output (between rounds). */
-void kv_watch_value_stored(struct kv_conn *c, struct kv_new *n, uint32_t nbytes,
-			   enum kv_result *r, uint64_t *cas);
 void kv_watch_get(struct kv_conn *c, const char *key, size_t nkey, const struct kv_item_view *v);
 void kv_watch_store(struct kv_conn *c, const char *key, size_t nkey, enum kv_set_mode mode,
 		    enum kv_result r, uint32_t exptime, uint32_t nbytes, unsigned clsid);
@@ -375,5 +377,9 @@ void kv_bin_header(const struct kv_conn *c, uint8_t *h, uint8_t op, uint16_t sta
 /* stats.c: the binary STAT command, @key its subcommand (memcached's process_bin_stat):
  * 1 answered, 0 waits for output room, -1 no such group ("Not found"). */
 int kv_bin_stats(struct kv_conn *c, const char *key, size_t nkey);
+/* A value is in: link @n (c->mode, c->cas_in) and tell the mutation watchers; @n is gone
+ * after (proto.c; the text, meta and binary sets). */
+void kv_link_value(struct kv_conn *c, struct kv_new *n, uint32_t nbytes, enum kv_result *r,
+		   uint64_t *cas);
 /* The value line for ms once its data is in: mirrors memcached's _finalize_mset. */
 void kv_meta_set_done(struct kv_conn *c, enum kv_result r, uint64_t cas);

@@ -367,12 +367,6 @@ static const char *conn_state(const struct kv_conn *c, const struct kv_conn *sel
 	}
 }
 
-static void ip_str(char *buf, size_t n, uint32_t a, uint16_t port)
-{
-	snprintf(buf, n, "tcp:%u.%u.%u.%u:%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255,
-		 port);
-}
-
 static void stats_conns(struct kv_conn *self, struct sbuf *b)
 {
 	struct kv_proto *p = self->p;
@@ -388,8 +382,9 @@ static void stats_conns(struct kv_conn *self, struct sbuf *b)
 	pthread_mutex_lock(&p->conns_mu);
 	for (const struct kv_conn *c = p->conns_head; c && n < KV_CONNS_LISTED; c = c->reg_next, n++) {
 		uint32_t last = atomic_load_explicit(&c->last_cmd, memory_order_relaxed);
+		char ip[KV_IPV4_STR];
 
-		ip_str(addr, sizeof(addr), c->raddr, c->rport);
+		snprintf(addr, sizeof(addr), "tcp:%s:%u", kv_ipv4_str(c->raddr, ip), c->rport);
 		snprintf(key, sizeof(key), "%llu:addr", (unsigned long long)c->id);
 		sb_stat(b, key, "%s", addr);
 		snprintf(key, sizeof(key), "%llu:listen_addr", (unsigned long long)c->id);

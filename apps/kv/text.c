@@ -2,6 +2,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "proto.h"
@@ -171,4 +172,10 @@ enum kv_frame frame_line(const uint8_t *d, size_t len, size_t from, size_t *eol,
 		return KV_FRAME_NEED_MORE;
 	*eol = (size_t)nl;
 	return KV_FRAME_READY;
+}
+
+char *kv_ipv4_str(uint32_t a, char *buf)
+{
+	snprintf(buf, KV_IPV4_STR, "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
+	return buf;
 }

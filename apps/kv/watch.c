@@ -117,7 +117,7 @@ void kv_watch_drain(struct kv_proto *p, unsigned w)
 		char note[48];
 		struct iovec iov[2] = { { x->buf, x->len }, { note, 0 } };
 
-		if (c->w != w || (!x->len && !x->skipped))
+		if (c->w != w || c->closing || (!x->len && !x->skipped))
 			continue;
 		if (x->skipped && x->len + sizeof(note) <= c->out.room(c->out.arg))
 			iov[1].iov_len = (size_t)snprintf(note, sizeof(note), "skipped=%llu\n",
@@ -127,6 +127,8 @@ void kv_watch_drain(struct kv_proto *p, unsigned w)
 		if (c->out.write(c->out.arg, iov, 2) == 0) {
 			x->len = 0;
 			x->skipped = iov[1].iov_len ? 0 : x->skipped;
+		} else {
+			c->closing = true;   /* gone: its worker frees it (main.c) */
 		}
 	}
 	pthread_mutex_unlock(&wt->mu);
@@ -138,7 +140,7 @@ static size_t uriencode(const char *k, size_t n, char *out, size_t cap)
 	static const char hex[] = "0123456789ABCDEF";
 	size_t o = 0;
 
-	for (size_t i = 0; i < n && o + 4 < cap; i++) {
+	for (size_t i = 0; i < n && o + 3 < cap; i++) {
 		unsigned char ch = (unsigned char)k[i];
 
 		if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
@@ -242,17 +244,11 @@ void kv_watch_evicted(void *arg, const struct kv_evicted *e)
 
 void kv_watch_conn(struct kv_conn *c, bool opened)
 {
-	uint32_t a = c->raddr;
+	char ip[KV_IPV4_STR];
 
-	if (opened)
-		emit(c->p, KV_WATCH_CONNEVENTS,
-		     "type=conn_new rip=%u.%u.%u.%u rport=%u transport=tcp cfd=%llu", a >> 24,
-		     (a >> 16) & 255, (a >> 8) & 255, a & 255, c->rport, (unsigned long long)c->id);
-	else
-		emit(c->p, KV_WATCH_CONNEVENTS,
-		     "type=conn_close rip=%u.%u.%u.%u rport=%u transport=tcp reason=normal cfd=%llu",
-		     a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255, c->rport,
-		     (unsigned long long)c->id);
+	emit(c->p, KV_WATCH_CONNEVENTS, "type=%s rip=%s rport=%u transport=tcp %scfd=%llu",
+	     opened ? "conn_new" : "conn_close", kv_ipv4_str(c->raddr, ip), c->rport,
+	     opened ? "" : "reason=normal ", (unsigned long long)c->id);
 }
 
 void kv_watch_rawcmd(struct kv_conn *c, const char *line, size_t len)

@@ -333,16 +333,6 @@ print("closed", flush=True)
 STORM_CONNS = 5000
 
 
-def settle_rss_kib(pid, limit_s=30):
-    last, still, deadline = rss_kib(pid), 0, time.time() + limit_s
-    while time.time() < deadline and still < 4:
-        time.sleep(0.5)
-        now = rss_kib(pid)
-        still = still + 1 if abs(now - last) < 256 else 0
-        last = now
-    return last
-
-
 @need_root
 def test_connection_storm_memory_xdp(topo, fpkv):
     """Idle connections cost at most 1.5 KB each on AF_XDP (memcached: 0.6 KB; fp-kv was
@@ -357,17 +347,17 @@ def test_connection_storm_memory_xdp(topo, fpkv):
         r = topo.sh(topo.cli_ns, sys.executable, "-c", WAIT_READY, "20", addr, check=False,
                     timeout=60)
         assert r.returncode == 0, srv.stderr()
-        base = settle_rss_kib(srv.p.pid)
+        base = settle_rss(srv.p.pid, stable_kib=256)
         cli = topo.popen(topo.cli_ns, [sys.executable, "-c", STORM, topo.fp_srv_ip, XDP_PORT,
                                        STORM_CONNS], stdin=subprocess.PIPE)
         assert cli.stdout.readline().strip() == "ready", cli.stderr.read()
-        held = settle_rss_kib(srv.p.pid)
+        held = settle_rss(srv.p.pid, stable_kib=256)
         cli.stdin.write("\n")
         cli.stdin.flush()
         assert cli.stdout.readline().strip() == "closed"
         cli.wait(30)
         time.sleep(2.5)        # the trim comes within a second, and once more after
-        after = settle_rss_kib(srv.p.pid)
+        after = settle_rss(srv.p.pid, stable_kib=256)
         per_conn = (held - base) * 1024 / STORM_CONNS
         assert per_conn < 1536, f"{per_conn:.0f} bytes per idle connection"
         assert after - base < 2048, f"{(after - base) / 1024:.1f} MB kept after the close"
@@ -1350,13 +1340,14 @@ def test_cache_memlimit_lowers_the_limit(fpkv):
             c.close()
 
 
-def settle_rss(pid, limit_s=60):
-    """The server's resident KiB once it has stopped growing for 2 s (or at @limit_s)."""
+def settle_rss(pid, limit_s=60, stable_kib=1024):
+    """The server's resident KiB once it has moved less than @stable_kib in 2 s (or at
+    @limit_s)."""
     last, still, deadline = rss_kib(pid), 0, time.time() + limit_s
     while time.time() < deadline and still < 4:
         time.sleep(0.5)
         now = rss_kib(pid)
-        still = still + 1 if abs(now - last) < 1024 else 0
+        still = still + 1 if abs(now - last) < stable_kib else 0
         last = now
     return last
 

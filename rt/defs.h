@@ -255,6 +255,7 @@ static inline bool rt_ctx_stopping(const struct fp_ctx *ctx)
  * up its own state, calls app->init, loops, calls app->fini, tears down. */
 int rt_worker_xdp(struct rt_run *run, unsigned worker, struct fp_xdp *x);
 int rt_worker_pair(struct rt_run *run, unsigned worker, struct fp_devq *q);
+int rt_worker_dpdk(struct rt_run *run, unsigned worker, struct fp_dpdk *d);
 int rt_worker_kernel(struct rt_run *run, unsigned worker);
 
 /* Wake everything that sleeps on run->wake_fd (a worker leaving its loop calls it, so

@@ -40,7 +40,11 @@ void fp_rt_config_init(struct fp_rt_config *cfg)
 }
 
 const char fp_rt_options_help[] =
-	"  --net kernel|xdp      transport: Linux sockets (default) or AF_XDP (root)\n"
+	"  --net kernel|xdp|dpdk transport: Linux sockets (default), AF_XDP (root) or a DPDK\n"
+	"                        port (--dpdk; frames copied, the worker polls)\n"
+	"  --dpdk 'EAL ARGS'     dpdk: the device and other EAL arguments, e.g.\n"
+	"                        --vdev=net_memif0,role=server,socket=/run/fp.sock (implies\n"
+	"                        --net dpdk; huge pages are used when free)\n"
 	"  --kernel-io IO        kernel sockets via auto (io_uring, else epoll), uring, epoll\n"
 	"  --kernel-steer S      kernel, several workers: a connection goes to a worker by the\n"
 	"                        kernel's reuseport hash (hash, the default) or to the worker\n"
@@ -85,8 +89,15 @@ const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "batch", "idle",
 	"sched", "spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed",
-	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", NULL,
+	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
 };
+
+const char *fp_rt_transport_name(enum fp_transport t)
+{
+	static const char *const names[] = { "kernel", "xdp", "pair", "dpdk" };
+
+	return (unsigned)t < 4 ? names[t] : "?";
+}
 
 struct option *fp_rt_getopt_table(const struct option *own)
 {
@@ -332,10 +343,21 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 	int w;
 
 	if (!strcmp(opt, "net")) {
-		if ((w = opt_word(opt, val, nets, err, errlen)) < 0)
+		if (!strcmp(val, "dpdk")) {   /* not in nets[]: its enum value follows pair's */
+			cfg->transport = FP_TRANSPORT_DPDK;
+		} else if ((w = opt_word(opt, val, nets, err, errlen)) < 0) {
+			snprintf(err + strlen(err), errlen - strlen(err), " (or dpdk)");
 			return -1;
-		cfg->transport = (enum fp_transport)w;
+		} else {
+			cfg->transport = (enum fp_transport)w;
+		}
 		cfg->transport_set = true;
+		return 1;
+	}
+	if (!strcmp(opt, "dpdk")) {
+		cfg->dpdk.args = val;
+		if (!cfg->transport_set)
+			cfg->transport = FP_TRANSPORT_DPDK;
 		return 1;
 	}
 	if (!strcmp(opt, "kernel-io")) {
@@ -461,6 +483,7 @@ struct rt_start {
 	struct rt_run run;
 	struct fp_rt_config cfg;          /* the caller's, checked and completed */
 	struct fp_xdp *xdp;
+	struct fp_dpdk *dpdk;
 	int sig_fd;
 	sigset_t old_mask;
 	unsigned n_threads;
@@ -552,9 +575,16 @@ static int step_config(struct rt_start *s)
 		c->xdp.ifname = c->ifname;
 		c->xdp.ipv4 = c->ipv4;
 	}
+	if (c->transport == FP_TRANSPORT_DPDK && !fp_dpdk_available())
+		return snprintf(s->err, sizeof(s->err), "this build has no DPDK backend: install "
+				"libdpdk-dev and the PMDs (scripts/bootstrap does) and rebuild"),
+		       -ENOTSUP;
+	if (c->transport == FP_TRANSPORT_DPDK && !c->dpdk.args)
+		return snprintf(s->err, sizeof(s->err), "the dpdk transport needs a device: --dpdk "
+				"'--vdev=net_memif0,role=server,socket=/run/fp.sock'"), -EINVAL;
 	if (c->transport != FP_TRANSPORT_KERNEL && !c->ipv4)
 		return snprintf(s->err, sizeof(s->err), "the %s transport needs our address: add "
-				"--ip A.B.C.D/N", c->transport == FP_TRANSPORT_XDP ? "xdp" : "pair"),
+				"--ip A.B.C.D/N", fp_rt_transport_name(c->transport)),
 		       -EINVAL;
 	if (c->transport == FP_TRANSPORT_XDP) {
 		char owner[32] = "", on[48] = "", ip[INET_ADDRSTRLEN];
@@ -747,6 +777,22 @@ static int step_xdp(struct rt_start *s)
 	return 0;
 }
 
+/* Step "dpdk": the EAL and the port, once; each worker opens its queue pair. */
+static int step_dpdk(struct rt_start *s)
+{
+	if (s->cfg.transport != FP_TRANSPORT_DPDK)
+		return 0;
+	s->cfg.dpdk.n_queues = s->cfg.n_workers;
+	s->dpdk = fp_dpdk_open(&s->cfg.dpdk, s->err, sizeof(s->err));
+	return s->dpdk ? 0 : errno ? -errno : -EIO;
+}
+
+static void step_dpdk_down(struct rt_start *s)
+{
+	fp_dpdk_close(s->dpdk);
+	s->dpdk = NULL;
+}
+
 static void step_xdp_down(struct rt_start *s)
 {
 	if (s->xdp)
@@ -767,6 +813,9 @@ static void *rt_thread_main(void *arg)
 		break;
 	case FP_TRANSPORT_PAIR:
 		ret = rt_worker_pair(run, t->worker, t->s->cfg.pair[t->worker]);
+		break;
+	case FP_TRANSPORT_DPDK:
+		ret = rt_worker_dpdk(run, t->worker, t->s->dpdk);
 		break;
 	default:
 		ret = rt_worker_kernel(run, t->worker);
@@ -872,6 +921,7 @@ static const struct rt_step {
 	{ "sched",   step_sched,   step_sched_down },
 	{ "signals", step_signals, step_signals_down },
 	{ "xdp",     step_xdp,     step_xdp_down },
+	{ "dpdk",    step_dpdk,    step_dpdk_down },
 	{ "steer",   step_steer,   step_steer_down },
 	{ "workers", step_workers, step_workers_down },
 };
@@ -916,6 +966,9 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 	}
 	else if (c->transport == FP_TRANSPORT_PAIR)
 		snprintf(out, len, "pair from %s/%u", ip, c->prefix_len);
+	else if (c->transport == FP_TRANSPORT_DPDK)
+		snprintf(out, len, "dpdk (%s, frames copied) %s/%u, a queue pair per worker, "
+			 "polling", fp_dpdk_driver(s->dpdk), ip, c->prefix_len);
 	else
 		snprintf(out, len, "xdp on %s %s/%u (mode %s: %u/%u queues zero-copy, %u/%u "
 			 "native%s)", c->ifname, ip, c->prefix_len, modes[c->xdp.mode],

@@ -158,7 +158,6 @@ static void copy_str(char *dst, size_t len, const char *src)
 static void rt_stats_fill(struct rt_run *run, struct fp_rt_stats_hdr *h)
 {
 	const struct fp_rt_config *cfg = run->cfg;
-	static const char *const transports[] = { "kernel", "xdp", "pair" };
 	unsigned net_count = fp_net_stat_count < FP_RT_NET_MAX ? fp_net_stat_count : FP_RT_NET_MAX;
 
 	h->version = FP_RT_STATS_VERSION;
@@ -168,7 +167,7 @@ static void rt_stats_fill(struct rt_run *run, struct fp_rt_stats_hdr *h)
 	h->batch_max = cfg->batch;
 	h->pid = getpid();
 	h->idle_policy = cfg->idle;
-	copy_str(h->transport, sizeof(h->transport), transports[cfg->transport]);
+	copy_str(h->transport, sizeof(h->transport), fp_rt_transport_name(cfg->transport));
 	copy_str(h->ifname, sizeof(h->ifname), cfg->ifname);
 	copy_str(h->app, sizeof(h->app), run->app->name);
 	h->start_unix_ns = rt_unix_ns();

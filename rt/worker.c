@@ -653,6 +653,26 @@ int rt_worker_xdp(struct rt_run *run, unsigned worker, struct fp_xdp *x)
 	return ret;
 }
 
+static const struct rt_transport_ops rt_dpdk_ops = { .name = "dpdk", .exec = rt_exec };
+
+int rt_worker_dpdk(struct rt_run *run, unsigned worker, struct fp_dpdk *d)
+{
+	char err[256] = "";
+	struct fp_devq *q = fp_dpdk_queue_open(d, worker, err, sizeof(err));
+	int ret;
+
+	if (!q) {
+		ret = errno ? -errno : -EIO;
+		fprintf(stderr, "flowplane: worker %u: dpdk queue %u: %s\n", worker, worker,
+			err[0] ? err : strerror(-ret));
+		return ret;
+	}
+	ret = rt_worker_body(run, worker, q, &rt_dpdk_ops, run->cfg->ipv4,
+			     (uint16_t)run->cfg->n_workers);
+	q->ops->close(q);
+	return ret;
+}
+
 int rt_worker_pair(struct rt_run *run, unsigned worker, struct fp_devq *q)
 {
 	/* Each worker is its own host on the pair's wire: worker i is ipv4 + i. The caller

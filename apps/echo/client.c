@@ -389,7 +389,7 @@ static int cl_json(const struct echo_opts *o, const struct cl_total *t)
 	}
 	fprintf(f, "{\n  \"mode\": \"%s\",\n  \"transport\": \"%s\",\n  \"server\": \"%s\",\n"
 		"  \"workers\": %u,\n  \"size\": %zu,\n",
-		o->cmd, o->rt.transport == FP_TRANSPORT_XDP ? "xdp" : "kernel", o->server_str,
+		o->cmd, fp_rt_transport_name(o->rt.transport), o->server_str,
 		o->rt.n_workers, o->size);
 	if (o->mode == ECHO_CLIENT)
 		fprintf(f, "  \"conns\": %u,\n  \"rounds\": %llu,\n  \"warmup_s\": %.3f,\n"

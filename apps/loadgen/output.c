@@ -58,7 +58,7 @@ static unsigned lg_reasons(const struct lg_config *cfg, const struct lg_point *p
 
 static void lg_table_header(FILE *f, const struct lg_config *cfg, const struct lg_result *res)
 {
-	const char *net = cfg->rt.transport == FP_TRANSPORT_XDP ? "xdp" : "kernel";
+	const char *net = fp_rt_transport_name(cfg->rt.transport);
 	unsigned nw = cfg->rt.n_workers;
 
 	fprintf(f, "fp-loadgen: %s (%s) at %s over %s, %u worker%s, %u connection%s, ",
@@ -191,7 +191,7 @@ static void lg_json_config(FILE *f, const struct lg_config *cfg, const struct lg
 	jstr(f, cfg->arrival_spec);
 	fprintf(f, ", \"conns\": %u, \"depth\": %u, \"workers\": %u, \"transport\": \"%s\", "
 		"\"closed\": %u, ", cfg->conns, cfg->closed ? cfg->closed : cfg->depth,
-		cfg->rt.n_workers, cfg->rt.transport == FP_TRANSPORT_XDP ? "xdp" : "kernel",
+		cfg->rt.n_workers, fp_rt_transport_name(cfg->rt.transport),
 		cfg->closed);
 	fprintf(f, "\"backlog\": %u, ", cfg->backlog);
 	jkey_num(f, "warmup_s", cfg->warmup_s, true);

@@ -113,3 +113,33 @@ void fp_xdp_close(struct fp_xdp *x);
  * (02:00:00:00:00:0N). wait_fd is an eventfd the other end signals on transmit.
  */
 int fp_pair_create(uint32_t frames, uint32_t frame_size, struct fp_devq *ends[2]);
+
+/* ---- DPDK (dev/dpdk.c; absent from a build without libdpdk-dev) ---- */
+
+/*
+ * One DPDK port with a queue pair per worker, on Debian's DPDK 22.11: a vdev (net_memif,
+ * net_af_packet, net_af_xdp, net_tap) or a bound NIC. Frames are copied between DPDK's
+ * mbufs and the queue's own pool (receive and send), so the stack's buffers stay ours.
+ * Poll mode: wait_fd() is -1, so an idle worker spins.
+ */
+struct fp_dpdk_config {
+	const char *args;         /* EAL arguments, space-separated: at least the device
+				   * (--vdev=...); the defaults come first (dev/dpdk.c) */
+	unsigned n_queues;        /* rx/tx queue pairs: one per worker */
+	uint32_t frames;          /* our buffers per queue (default 4096) */
+	uint32_t ring_size;       /* rx and tx descriptors per queue (default 1024) */
+};
+
+struct fp_dpdk;
+
+/* Compiled in? Without it, fp_dpdk_open fails with a line saying how to get it. */
+bool fp_dpdk_available(void);
+/* Initialise the EAL (once per process), configure and start the first port. NULL with
+ * one line in @err. */
+struct fp_dpdk *fp_dpdk_open(const struct fp_dpdk_config *cfg, char *err, size_t errlen);
+/* Queue @q's device queue, for the calling (worker) thread. */
+struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned q, char *err, size_t errlen);
+/* The port's driver name ("net_memif"), for the startup line. */
+const char *fp_dpdk_driver(const struct fp_dpdk *d);
+/* Stop the port (every queue closed first) and clean up the EAL. */
+void fp_dpdk_close(struct fp_dpdk *d);

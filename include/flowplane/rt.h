@@ -31,7 +31,10 @@
  * epoll), one listening socket per worker (SO_REUSEPORT), unprivileged, as the baseline.
  */
 
-enum fp_transport { FP_TRANSPORT_KERNEL = 0, FP_TRANSPORT_XDP, FP_TRANSPORT_PAIR };
+enum fp_transport { FP_TRANSPORT_KERNEL = 0, FP_TRANSPORT_XDP, FP_TRANSPORT_PAIR,
+		    FP_TRANSPORT_DPDK };
+/* "kernel", "xdp", "pair", "dpdk" */
+const char *fp_rt_transport_name(enum fp_transport t);
 
 /* How the kernel transport talks to its sockets: io_uring (one io_uring_enter per round),
  * or epoll with a system call per read and send. Auto: io_uring where the kernel allows
@@ -91,6 +94,7 @@ struct fp_rt_config {
 					  * frames before the stack (counted) */
 	uint64_t seed;                   /* for rx_drop; 0 = from the clock */
 	struct fp_xdp_config xdp;        /* ifname/ipv4 are copied from above */
+	struct fp_dpdk_config dpdk;      /* --dpdk: EAL arguments; n_queues = n_workers */
 	struct fp_stack_config stack;    /* tunables (rcv_buf, max_conns, ...); addresses,
 					  * cache and queues are filled in per worker */
 	const char *stats_name;          /* shm segment /dev/shm/flowplane-<name>;

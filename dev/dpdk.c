@@ -1,0 +1,392 @@
+/* dpdk.c: a DPDK port behind the device ops: a queue pair per worker, frames copied to and from the queue's own pool. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include <flowplane/dev.h>
+
+/*
+ * Step one of the DPDK backend (issue 21): correct, not yet zero-copy. The EAL gets our
+ * defaults, then the caller's arguments:
+ *
+ *   --no-pci --no-telemetry --log-level=*:warning -l 0 --file-prefix=fp<pid>, and
+ *   --in-memory when huge pages are free, else --no-huge --no-shconf -m 512
+ *
+ * so two processes on one machine never share EAL state. rte_eal_init pins the calling
+ * thread to lcore 0's CPU: its affinity is put back, as the workers are the runtime's own
+ * threads (rte_lcore_id() is LCORE_ID_ANY in them: the mempool is used without a per-lcore
+ * cache, which is thread-safe). The first port found is configured with a queue pair per
+ * worker, its receive descriptors filled from one DPDK mempool. A memif socket is created
+ * under umask 077 (owner only).
+ *
+ * rx_burst copies each received DPDK mbuf into a buffer of the queue's pool and frees the
+ * DPDK mbuf at once; tx_burst copies each frame (all its segments) into a DPDK mbuf and
+ * returns the frames whose copies the PMD took, which the caller may then count as sent;
+ * the rest stay with the caller, in order, to be offered again. The cost is two copies
+ * per round trip; mapping the pool into a DPDK mempool (external buffers) removes them.
+ */
+
+#define DPDK_BURST     64u
+#define DPDK_MAX_ARGS  64
+
+struct fp_dpdk {
+	uint16_t port;
+	unsigned n_queues;
+	struct fp_dpdk_config cfg;
+	struct rte_mempool *mp;
+	struct rte_eth_dev_info info;
+	struct fp_eth_addr mac;
+	uint16_t mtu;
+};
+
+struct dpdk_q {
+	struct fp_devq dq;         /* first: the ops are handed &dq */
+	struct fp_dpdk *d;
+	uint16_t qid;
+	struct fp_dev_stats st;
+	uint64_t tx_bad;           /* frames too long for one DPDK mbuf: dropped */
+};
+
+static struct dpdk_q *dq_of(struct fp_devq *q) { return fp_container_of(q, struct dpdk_q, dq); }
+
+bool fp_dpdk_available(void) { return true; }
+
+/* ---- the datapath ---- */
+
+static unsigned dpdk_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned max)
+{
+	struct dpdk_q *q = dq_of(dq);
+	struct rte_mbuf *in[DPDK_BURST];
+	unsigned n, got = 0;
+
+	n = rte_eth_rx_burst(q->d->port, q->qid, in, (uint16_t)(max < DPDK_BURST ? max : DPDK_BURST));
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t len = rte_pktmbuf_pkt_len(in[i]);
+		struct fp_mbuf *m = fp_pool_get(&dq->cache);
+		uint8_t *p;
+
+		if (!m) {
+			q->st.rx_fill_empty++;   /* no buffer: the frame is dropped, as by a NIC */
+		} else if (!len || !(p = fp_mbuf_append(m, len))) {
+			q->st.invalid_descs++;
+			fp_mbuf_free(&dq->cache, m);
+		} else {
+			const void *src = rte_pktmbuf_read(in[i], 0, len, p);
+
+			if (src != p)
+				memcpy(p, src, len);
+			m->port = q->qid;
+			out[got++] = m;
+			q->st.rx_bytes += len;
+		}
+		rte_pktmbuf_free(in[i]);
+	}
+	q->st.rx_frames += got;
+	return got;
+}
+
+/* @m (all its segments) into a fresh DPDK mbuf; NULL when the pool is dry (the caller
+ * stops) with *@bad false, or when @m cannot be sent (empty, too long) with *@bad true. */
+static struct rte_mbuf *tx_copy(struct dpdk_q *q, const struct fp_mbuf *m, bool *bad)
+{
+	struct rte_mbuf *r;
+	uint8_t *p;
+
+	*bad = !m->pkt_len || m->pkt_len > q->d->mtu + 18u;   /* Ethernet + VLAN */
+	if (*bad || !(r = rte_pktmbuf_alloc(q->d->mp)))
+		return NULL;
+	if (!(p = (uint8_t *)rte_pktmbuf_append(r, (uint16_t)m->pkt_len))) {
+		rte_pktmbuf_free(r);
+		*bad = true;
+		return NULL;
+	}
+	for (const struct fp_mbuf *s = m; s; s = s->next) {
+		memcpy(p, fp_mbuf_data(s), s->data_len);
+		p += s->data_len;
+	}
+	return r;
+}
+
+static unsigned dpdk_tx_burst(struct fp_devq *dq, struct fp_mbuf **frames, unsigned n)
+{
+	struct dpdk_q *q = dq_of(dq);
+	struct rte_mbuf *out[DPDK_BURST];
+	unsigned taken = 0;   /* frames[0, taken) consumed: sent, or dropped as unsendable */
+
+	while (taken < n) {
+		unsigned k = 0, sent;
+		bool bad = false;
+
+		while (taken + k < n && k < DPDK_BURST) {
+			struct rte_mbuf *r = tx_copy(q, frames[taken + k], &bad);
+
+			if (!r)
+				break;
+			out[k++] = r;
+		}
+		if (!k) {
+			if (!bad)
+				break;                  /* DPDK's pool dry: offered again later */
+			q->tx_bad++;
+			fp_mbuf_free(&dq->cache, frames[taken++]);
+			continue;
+		}
+		sent = rte_eth_tx_burst(q->d->port, q->qid, out, (uint16_t)k);
+		for (unsigned i = 0; i < sent; i++) {
+			q->st.tx_bytes += frames[taken + i]->pkt_len;
+			fp_mbuf_free(&dq->cache, frames[taken + i]);
+		}
+		q->st.tx_frames += sent;
+		taken += sent;
+		if (sent < k) {                         /* the ring is full */
+			rte_pktmbuf_free_bulk(&out[sent], k - sent);
+			q->st.tx_full += k - sent;
+			break;
+		}
+		if (!bad && taken < n && k < DPDK_BURST)
+			break;                          /* the pool ran dry mid-batch */
+	}
+	return taken;
+}
+
+static unsigned dpdk_reclaim(struct fp_devq *dq) { (void)dq; return 0; }
+static int dpdk_wait_fd(struct fp_devq *dq) { (void)dq; return -1; }
+
+static unsigned dpdk_rx_ready(struct fp_devq *dq)
+{
+	struct dpdk_q *q = dq_of(dq);
+	int n = rte_eth_rx_queue_count(q->d->port, q->qid);
+
+	return n > 0 ? (unsigned)n : 0;   /* -ENOTSUP on some PMDs (memif) */
+}
+
+static void dpdk_stats(struct fp_devq *dq, struct fp_dev_stats *out)
+{
+	struct dpdk_q *q = dq_of(dq);
+	struct rte_eth_stats es;
+
+	*out = q->st;
+	out->invalid_descs += q->tx_bad;
+	if (!rte_eth_stats_get(q->d->port, &es))
+		out->rx_dropped += es.imissed + es.rx_nombuf;
+}
+
+static void dpdk_queue_close(struct fp_devq *dq)
+{
+	struct dpdk_q *q = dq_of(dq);
+
+	fp_pool_cache_flush(&dq->cache);
+	fp_pool_destroy(dq->pool);
+	free(q);
+}
+
+static const struct fp_dev_ops dpdk_ops = {
+	.name = "dpdk",
+	.rx_burst = dpdk_rx_burst,
+	.tx_burst = dpdk_tx_burst,
+	.reclaim = dpdk_reclaim,
+	.wait_fd = dpdk_wait_fd,
+	.rx_ready = dpdk_rx_ready,
+	.stats = dpdk_stats,
+	.close = dpdk_queue_close,
+};
+
+struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned qid, char *err, size_t errlen)
+{
+	struct fp_pool_params pp = { .name = "dpdk", .n_bufs = d->cfg.frames, .buf_size = 2048 };
+	struct dpdk_q *q;
+
+	if (qid >= d->n_queues) {
+		snprintf(err, errlen, "queue %u out of range: the port has %u", qid, d->n_queues);
+		errno = ERANGE;
+		return NULL;
+	}
+	if (!(q = calloc(1, sizeof(*q)))) {
+		snprintf(err, errlen, "out of memory");
+		errno = ENOMEM;
+		return NULL;
+	}
+	q->d = d;
+	q->qid = (uint16_t)qid;
+	q->dq = (struct fp_devq){ .ops = &dpdk_ops, .mac = d->mac, .queue_id = (uint16_t)qid,
+				  .mtu = d->mtu, .rx_bufs = d->cfg.ring_size };
+	if (!(q->dq.pool = fp_pool_create(&pp)) || fp_pool_cache_init(&q->dq.cache, q->dq.pool)) {
+		snprintf(err, errlen, "buffers for DPDK queue %u: %s", qid, strerror(errno));
+		if (q->dq.pool)
+			fp_pool_destroy(q->dq.pool);
+		free(q);
+		return NULL;
+	}
+	return &q->dq;
+}
+
+/* ---- the port ---- */
+
+static bool huge_pages_free(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[128];
+	unsigned long n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "HugePages_Free: %lu", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n > 0;
+}
+
+/* Our defaults, then @args split on spaces, into @argv (strings in @buf). */
+static int eal_argv(const char *args, char *buf, size_t buflen, char **argv, char *err,
+		    size_t errlen)
+{
+	int argc = 0;
+	size_t used;
+	char *tok, *save = NULL;
+
+	used = (size_t)snprintf(buf, buflen, "flowplane --no-pci --no-telemetry "
+				"--log-level=*:warning -l 0 --file-prefix=fp%d %s %s", (int)getpid(),
+				huge_pages_free() ? "--in-memory" : "--no-huge --no-shconf -m 512",
+				args ? args : "");
+	if (used >= buflen) {
+		snprintf(err, errlen, "--dpdk: the EAL arguments are too long");
+		return -1;
+	}
+	for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+		if (argc == DPDK_MAX_ARGS - 1) {
+			snprintf(err, errlen, "--dpdk: more than %d EAL arguments", DPDK_MAX_ARGS - 2);
+			return -1;
+		}
+		argv[argc++] = tok;
+	}
+	argv[argc] = NULL;
+	return argc;
+}
+
+static bool eal_up;   /* the EAL initialises once per process */
+
+struct fp_dpdk *fp_dpdk_open(const struct fp_dpdk_config *cfg, char *err, size_t errlen)
+{
+	static char buf[4096];
+	char *argv[DPDK_MAX_ARGS];
+	struct rte_eth_conf conf;
+	struct rte_ether_addr mac;
+	struct fp_dpdk *d;
+	cpu_set_t cpus;
+	mode_t um;
+	int argc, rc;
+	unsigned nb;
+
+	if (!cfg->args || !strstr(cfg->args, "--vdev") ) {
+		snprintf(err, errlen, "the dpdk transport needs a device: --dpdk "
+			 "'--vdev=net_memif0,role=server,socket=/run/fp.sock' (or net_af_packet0,"
+			 "iface=IF; net_af_xdp0,iface=IF; net_tap0)");
+		errno = EINVAL;
+		return NULL;
+	}
+	if (eal_up) {
+		snprintf(err, errlen, "DPDK is already initialised in this process");
+		errno = EBUSY;
+		return NULL;
+	}
+	if (!(d = calloc(1, sizeof(*d)))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	d->cfg = *cfg;
+	d->cfg.frames = cfg->frames ? cfg->frames : 4096;
+	d->cfg.ring_size = cfg->ring_size ? cfg->ring_size : 1024;
+	d->n_queues = cfg->n_queues ? cfg->n_queues : 1;
+	if ((argc = eal_argv(cfg->args, buf, sizeof(buf), argv, err, errlen)) < 0)
+		goto fail;
+	pthread_getaffinity_np(pthread_self(), sizeof(cpus), &cpus);
+	um = umask(077);   /* a memif socket is the owner's only */
+	rc = rte_eal_init(argc, argv);
+	umask(um);
+	pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
+	if (rc < 0) {
+		snprintf(err, errlen, "DPDK's EAL did not start (%s): check the --dpdk arguments; "
+			 "--log-level=*:info says more", rte_strerror(rte_errno));
+		goto fail;
+	}
+	eal_up = true;
+	if (!rte_eth_dev_count_avail()) {
+		snprintf(err, errlen, "DPDK found no port: the --vdev did not probe (is its PMD "
+			 "installed? Debian: librte-net-memif23 and the like)");
+		goto fail_eal;
+	}
+	RTE_ETH_FOREACH_DEV(d->port)
+		break;
+	rte_eth_dev_info_get(d->port, &d->info);
+	if (d->n_queues > d->info.max_rx_queues || d->n_queues > d->info.max_tx_queues) {
+		snprintf(err, errlen, "%s has %u rx and %u tx queues; %u workers need as many",
+			 d->info.driver_name, d->info.max_rx_queues, d->info.max_tx_queues,
+			 d->n_queues);
+		goto fail_eal;
+	}
+	nb = d->n_queues * (2 * d->cfg.ring_size + 2 * DPDK_BURST) + 1024;
+	d->mp = rte_pktmbuf_pool_create("fp_dpdk", nb, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+					SOCKET_ID_ANY);
+	if (!d->mp) {
+		snprintf(err, errlen, "DPDK mbuf pool of %u: %s (more memory: -m in --dpdk)", nb,
+			 rte_strerror(rte_errno));
+		goto fail_eal;
+	}
+	memset(&conf, 0, sizeof(conf));
+	if ((rc = rte_eth_dev_configure(d->port, (uint16_t)d->n_queues, (uint16_t)d->n_queues,
+					&conf))) {
+		snprintf(err, errlen, "configuring %s: %s", d->info.driver_name, rte_strerror(-rc));
+		goto fail_eal;
+	}
+	for (unsigned i = 0; i < d->n_queues; i++) {
+		if ((rc = rte_eth_rx_queue_setup(d->port, (uint16_t)i, (uint16_t)d->cfg.ring_size,
+						 SOCKET_ID_ANY, NULL, d->mp)) ||
+		    (rc = rte_eth_tx_queue_setup(d->port, (uint16_t)i, (uint16_t)d->cfg.ring_size,
+						 SOCKET_ID_ANY, NULL))) {
+			snprintf(err, errlen, "%s queue %u: %s", d->info.driver_name, i,
+				 rte_strerror(-rc));
+			goto fail_eal;
+		}
+	}
+	um = umask(077);
+	rc = rte_eth_dev_start(d->port);
+	umask(um);
+	if (rc) {
+		snprintf(err, errlen, "starting %s: %s", d->info.driver_name, rte_strerror(-rc));
+		goto fail_eal;
+	}
+	rte_eth_macaddr_get(d->port, &mac);
+	memcpy(d->mac.b, mac.addr_bytes, 6);
+	if (rte_eth_dev_get_mtu(d->port, &d->mtu) || !d->mtu)
+		d->mtu = 1500;
+	return d;
+fail_eal:
+	rte_eal_cleanup();
+fail:
+	free(d);
+	errno = EIO;
+	return NULL;
+}
+
+const char *fp_dpdk_driver(const struct fp_dpdk *d) { return d->info.driver_name; }
+
+void fp_dpdk_close(struct fp_dpdk *d)
+{
+	if (!d)
+		return;
+	rte_eth_dev_stop(d->port);
+	rte_eth_dev_close(d->port);
+	rte_mempool_free(d->mp);
+	rte_eal_cleanup();
+	free(d);
+}

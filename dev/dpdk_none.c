@@ -1,0 +1,29 @@
+/* dpdk_none.c: the DPDK backend's entry points in a build without libdpdk-dev: each says how to get it. */
+#include <errno.h>
+#include <stdio.h>
+
+#include <flowplane/dev.h>
+
+bool fp_dpdk_available(void) { return false; }
+
+struct fp_dpdk *fp_dpdk_open(const struct fp_dpdk_config *cfg, char *err, size_t errlen)
+{
+	(void)cfg;
+	snprintf(err, errlen, "this build has no DPDK backend: install libdpdk-dev and the PMDs "
+		 "(scripts/bootstrap does) and rebuild (./flowplane build)");
+	errno = ENOTSUP;
+	return NULL;
+}
+
+struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned q, char *err, size_t errlen)
+{
+	(void)d;
+	(void)q;
+	snprintf(err, errlen, "no DPDK backend in this build");
+	errno = ENOTSUP;
+	return NULL;
+}
+
+const char *fp_dpdk_driver(const struct fp_dpdk *d) { (void)d; return "none"; }
+
+void fp_dpdk_close(struct fp_dpdk *d) { (void)d; }

@@ -355,6 +355,11 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		return 1;
 	}
 	if (!strcmp(opt, "dpdk")) {
+		if (!*val) {
+			snprintf(err, errlen, "--dpdk: give the EAL arguments, at least the device "
+				 "(--vdev=...)");
+			return -1;
+		}
 		cfg->dpdk.args = val;
 		if (!cfg->transport_set)
 			cfg->transport = FP_TRANSPORT_DPDK;

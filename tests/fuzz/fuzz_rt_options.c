@@ -73,6 +73,8 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 		F(kernel_io);
 	else if (!strcmp(opt, "if"))
 		F(ifname), F(transport);
+	else if (!strcmp(opt, "dpdk"))
+		F(dpdk.args), F(transport);
 	else if (!strcmp(opt, "ip"))
 		F(ipv4), F(prefix_len);
 	else if (!strcmp(opt, "gw"))
@@ -152,7 +154,8 @@ static bool points_into(const char *p, const char *lo, const char *hi)
 /* The config as fp_rt_run's config step would see it, field by field. */
 static void check_config(const struct fp_rt_config *c, const char *lo, const char *hi)
 {
-	CHECK(c->transport == FP_TRANSPORT_KERNEL || c->transport == FP_TRANSPORT_XDP);
+	CHECK(c->transport == FP_TRANSPORT_KERNEL || c->transport == FP_TRANSPORT_XDP ||
+	      c->transport == FP_TRANSPORT_DPDK);
 	CHECK(c->idle == FP_IDLE_SLEEP || c->idle == FP_IDLE_POLL || c->idle == FP_IDLE_ADAPTIVE);
 	CHECK(c->sched == FP_SCHED_PART || c->sched == FP_SCHED_STEAL);
 	CHECK(c->steer == FP_STEER_GROUPS || c->steer == FP_STEER_QUEUE);
@@ -187,8 +190,12 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 		CHECK(c->cores[i] >= 0 && c->cores[i] < CPU_SETSIZE);
 	if (c->cores_set && !c->workers_set)
 		CHECK(c->n_workers == c->n_cores);
-	if (!c->transport_set)
-		CHECK(c->transport == (c->ifname ? FP_TRANSPORT_XDP : FP_TRANSPORT_KERNEL));
+	if (!c->transport_set)   /* --if and --dpdk imply theirs; the last one given wins */
+		CHECK(c->transport == FP_TRANSPORT_KERNEL ? !c->ifname && !c->dpdk.args :
+		      c->transport == FP_TRANSPORT_XDP ? c->ifname != NULL :
+		      c->transport == FP_TRANSPORT_DPDK && c->dpdk.args != NULL);
+	if (c->dpdk.args)
+		CHECK(points_into(c->dpdk.args, lo, hi));
 	if (c->ifname) {
 		CHECK(points_into(c->ifname, lo, hi));
 		CHECK(strlen(c->ifname) >= 1 && strlen(c->ifname) < 16);
@@ -206,9 +213,12 @@ static void check_taken(const struct fp_rt_config *c, const char *opt, const cha
 		CHECK(c->ifname == val);
 	} else if (!strcmp(opt, "stats")) {
 		CHECK(!strcmp(val, "none") ? !strcmp(c->stats_name, "") : c->stats_name == val);
+	} else if (!strcmp(opt, "dpdk")) {
+		CHECK(c->dpdk.args == val);
 	} else if (!strcmp(opt, "net")) {
 		CHECK(c->transport_set);
-		CHECK(c->transport == (!strcmp(val, "xdp") ? FP_TRANSPORT_XDP : FP_TRANSPORT_KERNEL));
+		CHECK(c->transport == (!strcmp(val, "xdp") ? FP_TRANSPORT_XDP :
+				       !strcmp(val, "dpdk") ? FP_TRANSPORT_DPDK : FP_TRANSPORT_KERNEL));
 	} else if (!strcmp(opt, "ip") || !strcmp(opt, "gw")) {
 		char buf[32];
 		const char *slash = strchr(val, '/');

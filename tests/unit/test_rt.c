@@ -1032,6 +1032,15 @@ static void test_options_good(void **state)
 	assert_int_equal(opt(&c, "net", "kernel", err), 1);
 	assert_int_equal(opt(&c, "if", "eth0", err), 1);
 	assert_int_equal(c.transport, FP_TRANSPORT_KERNEL);
+	/* --dpdk implies --net dpdk; --net dpdk alone is taken (the device is checked at start) */
+	fp_rt_config_init(&c);
+	assert_int_equal(opt(&c, "dpdk", "--vdev=net_memif0", err), 1);
+	assert_int_equal(c.transport, FP_TRANSPORT_DPDK);
+	assert_string_equal(c.dpdk.args, "--vdev=net_memif0");
+	fp_rt_config_init(&c);
+	assert_int_equal(opt(&c, "net", "dpdk", err), 1);
+	assert_int_equal(c.transport, FP_TRANSPORT_DPDK);
+	assert_string_equal(fp_rt_transport_name(c.transport), "dpdk");
 }
 
 static void test_options_bad(void **state)
@@ -1041,7 +1050,7 @@ static void test_options_bad(void **state)
 		{ "workers", "65" }, { "ip", "300.1.1.1" }, { "ip", "10.0.0.1/33" },
 		{ "ip", "10.0.0.1/" }, { "gw", "10.0.0.1/24" }, { "cores", "3-1" },
 		{ "cores", "" }, { "cores", "0,,1" }, { "cores", "a" }, { "idle", "nap" },
-		{ "net", "dpdk" }, { "xdp-mode", "fast" }, { "xdp-copy", "maybe" },
+		{ "net", "dpdkx" }, { "dpdk", "" }, { "xdp-mode", "fast" }, { "xdp-copy", "maybe" },
 		{ "rx-drop", "1.5" }, { "rx-drop", "nan" }, { "stats", "a/b" }, { "stats", "" },
 		{ "if", "" }, { "umem-frames", "1" }, { "rcv-buf", "10" }, { "seed", "x" },
 		/* regress_newline_in_value (fuzz_rt_options): the quoted value made two lines */

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""fp-kv's saturation over DPDK's memif against AF_XDP on veth (issue 21, item 2).
+
+fp-kv (one worker, CPU 0, --idle poll) and fp-loadgen (memcached's USR workload, 64
+connections, closed loop with --closed K requests in flight per connection, CPU 1) joined
+by net_memif (shared memory between the two processes: no kernel on the path), or by the
+standard veth pair with both on AF_XDP (flowplane's own backend). Throughput is the
+closed loop's achieved rate, with its p50/p99. Interleaved (memif, xdp, then again) for
+--rounds rounds; medians with min-max. Root (namespaces, AF_XDP).
+
+    sudo .venv/bin/python bench/kv_memif.py [--rounds 3] [--closed 4] [--duration 3] [--out DIR]
+
+Writes DIR/kv_memif.json and DIR/kv_memif.md (default results/kv_memif/).
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from netns import Topo, stop_process  # noqa: E402
+
+PATHS = ["memif", "xdp"]
+
+
+def start(topo, ns, cmd):
+    if ns:
+        return topo.popen(ns, cmd)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def one(path, topo, build, a, tmp):
+    kv, lg = str(build / "apps" / "kv" / "fp-kv"), str(build / "apps" / "loadgen" / "fp-loadgen")
+    if path == "memif":
+        sock = os.path.join(tmp, "kv.sock")
+        m = "--vdev=net_memif0,role={},socket=" + sock + ",socket-abstract=no"
+        srv_rt = ["--dpdk", m.format("server"), "--ip", "10.99.0.1/24"]
+        cli_rt = ["--dpdk", m.format("client"), "--ip", "10.99.0.2/24"]
+        addr, sns, cns = "10.99.0.1", None, None
+    else:
+        srv_rt = ["--if", topo.srv_if, "--ip", f"{topo.fp_srv_ip}/24"]
+        cli_rt = ["--if", topo.cli_if, "--ip", f"{topo.fp_cli_ip}/24"]
+        addr, sns, cns = topo.fp_srv_ip, topo.srv_ns, topo.cli_ns
+    out = os.path.join(tmp, "lg.json")
+    srv = start(topo, sns, [kv, "-m", "1024", "-t", "1", "-U", "0", "--cores", "0", "--idle",
+                            "poll", "--stats", "none", *srv_rt])
+    try:
+        time.sleep(2)
+        if srv.poll() is not None:
+            raise SystemExit(f"kv_memif: {path}: fp-kv exited: {srv.stderr.read()[-400:]}")
+        cli = start(topo, cns, [lg, "--server", addr, "--workload", "usr", "--conns", "64",
+                                "--closed", str(a.closed), "--duration", str(a.duration),
+                                "--warmup", "1", "--cores", "1", "--stats", "none", "--quiet",
+                                "--json", out, *cli_rt])
+        _, err = cli.communicate(timeout=a.duration + 120)
+        if cli.returncode != 0:
+            raise SystemExit(f"kv_memif: {path}: fp-loadgen failed: {err[-400:]}")
+        res = json.load(open(out))
+    finally:
+        stop_process(srv)
+    pt = res["points"][0]
+    return {"path": path, "achieved_rps": pt["achieved_rps"], "p50_us": pt["latency_us"]["p50"],
+            "p99_us": pt["latency_us"]["p99"], "timeouts": pt.get("timeouts", 0),
+            "errors": pt.get("errors", 0)}
+
+
+def med(xs, fmt):
+    xs = sorted(xs)
+    return f"{fmt.format(statistics.median(xs))} ({fmt.format(xs[0])}-{fmt.format(xs[-1])})"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--closed", type=int, default=4, help="requests in flight per connection")
+    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--build", default=str(ROOT / "build" / "release"))
+    ap.add_argument("--out", default=str(ROOT / "results" / "kv_memif"))
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("kv_memif: needs root (namespaces, AF_XDP): run it with sudo")
+    build, out = pathlib.Path(a.build), pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    with Topo(f"km{os.getpid() % 10000}") as topo, tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(a.rounds):
+            for path in PATHS:
+                print(f"kv_memif: round {rnd + 1}/{a.rounds}: {path}", file=sys.stderr, flush=True)
+                r = one(path, topo, build, a, tmp)
+                r["round"] = rnd + 1
+                runs.append(r)
+    cmd = "sudo .venv/bin/python bench/kv_memif.py " + " ".join(sys.argv[1:])
+    (out / "kv_memif.json").write_text(json.dumps({"command": cmd.strip(), "runs": runs}, indent=1))
+    lines = [f"kv_memif, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
+             f"`{cmd.strip()}`; fp-kv and fp-loadgen (USR, 64 connections x {a.closed} in "
+             "flight, closed loop), one core each; median (min-max)", "",
+             "| path | requests/s | p50 µs | p99 µs | timeouts |", "|---|---|---|---|---|"]
+    for path in PATHS:
+        rs = [r for r in runs if r["path"] == path]
+        lines.append(f"| {path} | {med([r['achieved_rps'] for r in rs], '{:,.0f}')} | "
+                     f"{med([r['p50_us'] for r in rs], '{:.0f}')} | "
+                     f"{med([r['p99_us'] for r in rs], '{:.0f}')} | "
+                     f"{sum(r['timeouts'] for r in rs)} |")
+    md = "\n".join(lines) + "\n"
+    (out / "kv_memif.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

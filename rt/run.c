@@ -997,6 +997,8 @@ static void rt_summary(struct rt_start *s)
 		snprintf(stats, sizeof(stats), "stats %ld", (long)getpid());
 	if (c->sched == FP_SCHED_STEAL)
 		snprintf(idle, sizeof(idle), "sched steal, idle poll");
+	else if (c->transport == FP_TRANSPORT_DPDK)   /* no receive interrupts yet: wait_fd -1 */
+		snprintf(idle, sizeof(idle), "idle poll (dpdk has no sleep yet)");
 	else if (c->idle == FP_IDLE_POLL)
 		snprintf(idle, sizeof(idle), "idle poll");
 	else if (c->idle == FP_IDLE_ADAPTIVE)

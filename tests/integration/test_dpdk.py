@@ -85,6 +85,8 @@ def test_echo_over_memif(build_dir, sockdir):
     finally:
         rc, err = srv.stop()
     assert rc == 0, err
+    # the startup line says what the worker does when idle: it polls (no interrupts yet)
+    assert "dpdk (net_memif, frames copied)" in err and "idle poll (dpdk has no sleep yet)" in err, err
 
 
 def test_dpdk_bad_config_one_line(build_dir, sockdir):

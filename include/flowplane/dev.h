@@ -118,7 +118,8 @@ int fp_pair_create(uint32_t frames, uint32_t frame_size, struct fp_devq *ends[2]
 
 /*
  * One DPDK port with a queue pair per worker, on Debian's DPDK 22.11: a vdev (net_memif,
- * net_af_packet, net_af_xdp, net_tap) or a bound NIC. Frames are copied between DPDK's
+ * net_af_packet, net_af_xdp, net_tap; the EAL runs with --no-pci, so no bound NIC in
+ * this step: its DMA would also need our pool registered). Frames are copied between DPDK's
  * mbufs and the queue's own pool (receive and send), so the stack's buffers stay ours.
  * Poll mode: wait_fd() is -1, so an idle worker spins.
  */

@@ -980,7 +980,7 @@ size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)
 		c->negotiated = true;
 		c->binary = data[0] == KV_BIN_REQ_MAGIC;
 	}
-	while (pos < len && !c->closing && !c->blocked) {
+	while (pos < len && !c->closing && !c->blocked && !c->watching) {
 		switch (c->st) {
 		case KV_ST_LINE:
 			n = c->binary ? kv_bin_feed(c, data + pos, len - pos) :
@@ -1006,6 +1006,8 @@ size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)
 	else
 		stage_hold(c);
 	stage_settle(c);
+	if (c->watching)
+		pos = len;   /* what followed watch in this read means nothing either */
 	c->p->ws[c->w].bytes_read += pos;
 	return pos;
 }

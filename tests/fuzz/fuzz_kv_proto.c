@@ -220,6 +220,24 @@ static size_t strip_values(uint8_t *p, size_t n)
 					       strip_stat_values(p, n);
 }
 
+/* FP_FUZZ_DUMP=DIR: both runs' answers as DIR/whole and DIR/split, to compare by hand. */
+static void dump_outputs(const struct run *a, const struct run *b)
+{
+	const char *dir = getenv("FP_FUZZ_DUMP");
+	char path[512];
+	FILE *f;
+
+	for (int i = 0; dir && i < 2; i++) {
+		const struct run *r = i ? b : a;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, i ? "split" : "whole");
+		if ((f = fopen(path, "wb"))) {
+			fwrite(r->out, 1, r->olen, f);
+			fclose(f);
+		}
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
@@ -242,6 +260,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 	    kv_conn_closing(a.c) != kv_conn_closing(b.c)) {
 		fprintf(stderr, "whole and split runs differ: %zu vs %zu bytes, closing %d vs %d\n",
 			a.olen, b.olen, kv_conn_closing(a.c), kv_conn_closing(b.c));
+		dump_outputs(&a, &b);
 		abort();
 	}
 	run_close(&a);

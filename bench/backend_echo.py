@@ -17,8 +17,6 @@ import datetime
 import json
 import os
 import pathlib
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +24,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo, stop_process  # noqa: E402
+sys.path.insert(0, str(ROOT / "bench"))
+from benchlib import med, start  # noqa: E402
 
 BACKENDS = ["memif", "xdp", "dpdk-af_packet", "dpdk-af_xdp"]
 # dpdk-af_xdp completes no round trip on this veth pair (not yet looked into): not run
@@ -47,13 +47,6 @@ def server_client_args(kind, topo, sock):
     return (["--dpdk", "--vdev=" + pmd.format(topo.srv_if), "--ip", f"{topo.fp_srv_ip}/24"],
             ["--dpdk", "--vdev=" + pmd.format(topo.cli_if), "--ip", f"{topo.fp_cli_ip}/24"],
             topo.fp_srv_ip, True)
-
-
-def start(topo, ns, cmd):
-    """@cmd in namespace @ns, or here (memif needs none)."""
-    if ns:
-        return topo.popen(ns, cmd)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def cpu_s(pid):
@@ -87,11 +80,6 @@ def one(kind, topo, exe, duration, tmp):
     return {"backend": kind, "msgs_per_s": r["msgs_per_s"],
             "rtt_p50_us": r["rtt_us"]["p50"], "rtt_p99_us": r["rtt_us"]["p99"],
             "errors": r["errors"], "server_cpu": (c1 - c0) / (duration + 1)}
-
-
-def med(xs, fmt):
-    xs = sorted(xs)
-    return f"{fmt.format(statistics.median(xs))} ({fmt.format(xs[0])}-{fmt.format(xs[-1])})"
 
 
 def main():

@@ -19,8 +19,6 @@ import datetime
 import json
 import os
 import pathlib
-import re
-import statistics
 import subprocess
 import sys
 import time
@@ -28,6 +26,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo, stop_process  # noqa: E402
+sys.path.insert(0, str(ROOT / "bench"))
+from benchlib import med, rss_kib, settle_rss  # noqa: E402
 
 SERVERS = ["memcached", "fp-kv kernel", "fp-kv xdp"]
 PORT = 11411
@@ -64,22 +64,6 @@ for s in socks:
     s.close()
 print("closed", flush=True)
 """
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
-
-
-def settle_rss(pid, limit_s=30):
-    """RSS once it has stayed within 256 KiB for 2 s."""
-    last, still, deadline = rss_kib(pid), 0, time.time() + limit_s
-    while time.time() < deadline and still < 4:
-        time.sleep(0.5)
-        now = rss_kib(pid)
-        still = still + 1 if abs(now - last) < 256 else 0
-        last = now
-    return last
 
 
 def server_argv(kind, topo, build, conns):
@@ -141,11 +125,6 @@ def one(kind, topo, build, conns):
             "rss_after_close_trace_kib": trace}
 
 
-def med(xs, fmt="{:.0f}"):
-    xs = sorted(xs)
-    return f"{fmt.format(statistics.median(xs))} ({fmt.format(xs[0])}-{fmt.format(xs[-1])})"
-
-
 def report(runs, conns, cmd):
     out = [f"conn_storm, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
            f"`{cmd}`; {conns} connections; median (min-max) over rounds", "",
@@ -158,7 +137,7 @@ def report(runs, conns, cmd):
         mb = lambda k: [r[k] / 1024 for r in rs]   # noqa: E731
         out.append(f"| {kind} | {med(mb('rss_base_kib'), '{:.1f}')} | "
                    f"{med(mb('rss_held_kib'), '{:.1f}')} | "
-                   f"{med([r['per_conn_bytes'] for r in rs])} | "
+                   f"{med([r['per_conn_bytes'] for r in rs], '{:.0f}')} | "
                    f"{med(mb('rss_after_kib'), '{:.1f}')} | "
                    f"{med(mb('kept_after_close_kib'), '{:.1f}')} |")
     return "\n".join(out) + "\n"

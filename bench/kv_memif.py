@@ -17,8 +17,6 @@ import datetime
 import json
 import os
 import pathlib
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,14 +24,10 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo, stop_process  # noqa: E402
+sys.path.insert(0, str(ROOT / "bench"))
+from benchlib import med, start  # noqa: E402
 
 PATHS = ["memif", "xdp"]
-
-
-def start(topo, ns, cmd):
-    if ns:
-        return topo.popen(ns, cmd)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def one(path, topo, build, a, tmp):
@@ -69,11 +63,6 @@ def one(path, topo, build, a, tmp):
     return {"path": path, "achieved_rps": pt["achieved_rps"], "p50_us": pt["latency_us"]["p50"],
             "p99_us": pt["latency_us"]["p99"], "timeouts": pt.get("timeouts", 0),
             "errors": pt.get("errors", 0)}
-
-
-def med(xs, fmt):
-    xs = sorted(xs)
-    return f"{fmt.format(statistics.median(xs))} ({fmt.format(xs[0])}-{fmt.format(xs[-1])})"
 
 
 def main():

@@ -19,20 +19,17 @@ import json
 import pathlib
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from benchlib import med, rss_kib  # noqa: E402
+
 SERVERS = ["memcached", "fp-kv"]
 BIG = 500_000
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
 
 
 def free_port():
@@ -140,11 +137,6 @@ def one(kind, build, n, hold):
             slow.close()
         p.terminate()
         p.wait(10)
-
-
-def med(xs):
-    xs = sorted(xs)
-    return f"{statistics.median(xs):g} ({xs[0]:g}-{xs[-1]:g})"
 
 
 def main():

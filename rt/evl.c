@@ -1,9 +1,9 @@
 /* evl.c: the event-callback layer over the native API (libix): rounds, conditions, connection lifetime. */
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <flowplane/heap.h>
 #include <flowplane/log.h>
 
 #include "evl_defs.h"
@@ -463,7 +463,7 @@ static void evl_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned
 	if (evl->freed_since_trim >= EVL_TRIM_BYTES ||
 	    (evl->freed_since_trim && !evl->out_total)) {
 		evl->freed_since_trim = 0;
-		malloc_trim(0);
+		fp_heap_trim();
 	}
 }
 

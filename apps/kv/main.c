@@ -1,7 +1,6 @@
 /* main.c: fp-kv's command line (memcached's flags and the runtime's) and the protocol on flowplane's event layer. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <malloc.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -11,6 +10,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <flowplane/heap.h>
 #include <flowplane/compiler.h>
 #include <flowplane/evl.h>
 #include <flowplane/rt.h>
@@ -172,23 +172,9 @@ static void mconn_free(struct kv_mconn *mc)
 	free(mc);
 }
 
-/* Give free heap memory back. malloc_trim(0) merges what is free and returns whole free
- * pages inside the heaps, but shrinks only the main arena's top; this worker's arena
- * (glibc gives each thread its own) keeps its free top until a free() of 64 KiB or more
- * merges into it, so one is made here (volatile: the compiler would drop the pair). */
-static void kv_trim(void)
-{
-	void *volatile blk;
-
-	malloc_trim(0);
-	blk = malloc(64u << 10);
-	free(blk);
-}
-
 /* Once a second: after a storm of closed connections, give their memory back (their
  * structures are small and scattered, so glibc does not return it by itself), then for
- * KV_TRIM_AFTER more seconds, for what the stack and evl free after them. A trim walks
- * the heap: about a millisecond for tens of MB, a few times per storm. */
+ * KV_TRIM_AFTER more seconds, for what the stack and evl free after them (heap.h). */
 static void kv_trim_check(struct kv_worker *wk)
 {
 	if (wk->closed >= KV_TRIM_CLOSES) {
@@ -199,7 +185,7 @@ static void kv_trim_check(struct kv_worker *wk)
 	} else {
 		wk->trims_left--;
 	}
-	kv_trim();
+	fp_heap_trim();
 }
 
 static void kv_fini(struct fp_evl *evl)

@@ -1104,21 +1104,30 @@ def conns_view(cmd):
         try:
             assert idle.cmd(b"version").startswith(b"VERSION")
             mid.s.sendall(b"set k 0 0 10\r\nabc")
-            time.sleep(0.2)
-            seen = {}
-            for name, value in asker.stats(b"conns").items():
-                n, field = name.split(":", 1)
-                seen.setdefault(n, {})[field] = value
             mine = {"tcp:%s:%d" % c.s.getsockname(): who
                     for c, who in ((idle, "idle"), (mid, "mid"), (asker, "asker"))}
+            deadline = time.time() + 20      # until the server has read mid's partial set
+            while True:
+                seen = {}
+                for name, value in asker.stats(b"conns").items():
+                    n, field = name.split(":", 1)
+                    seen.setdefault(n, {})[field] = value
+                if any(mine.get(f.get("addr")) == "mid" and f.get("state") == "conn_nread"
+                       for f in seen.values()) or time.time() > deadline:
+                    break
+                time.sleep(0.1)
             out = {}
             for n, f in seen.items():
                 who = mine.get(f.get("addr"), "listener" if f.get("state") == "conn_listening"
                                else f"other {f}")
                 out[who] = f
             idle.close()
-            time.sleep(0.2)
-            names = set(asker.stats(b"conns"))
+            deadline = time.time() + 20      # until the server has seen the close
+            while True:
+                names = set(asker.stats(b"conns"))
+                if sum(n.endswith(":addr") for n in names) <= 3 or time.time() > deadline:
+                    break
+                time.sleep(0.1)
         finally:
             for c in (idle, mid, asker):
                 c.close()

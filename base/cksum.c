@@ -12,30 +12,51 @@ static uint32_t fold32(uint64_t s)
 	return (uint32_t)s;
 }
 
+/* a + b with the carry out of bit 63 added back in (one's complement addition). */
+static inline uint64_t add_carry(uint64_t a, uint64_t b)
+{
+	a += b;
+	return a + (a < b);
+}
+
 /*
- * Sum 32-bit words into a 64-bit accumulator: a carry out of bit 31 lands in bit 32 and
- * is folded back at the end, which is the one's complement end-around carry deferred
- * (RFC 1071 §2(C), "deferred carries"). memcpy keeps unaligned loads legal.
+ * One's complement sum of 64-bit words, carried end-around as it goes (RFC 1071 §2(C) and
+ * §4.1's "use the carry flag" note): 16-bit one's complement sums can be computed over any
+ * word width and folded at the end, since 2^16 = 1 modulo 65535. On x86-64 the main loop
+ * is an add-with-carry chain, 32 bytes per round. memcpy keeps the tail's loads legal.
  */
 uint32_t fp_csum_partial(const void *buf, size_t len, uint32_t sum)
 {
 	const uint8_t *p = buf;
 	uint64_t acc = sum;
 
-	for (; len >= 16; p += 16, len -= 16) {
-		uint32_t w[4];
-		memcpy(w, p, 16);
-		acc += (uint64_t)w[0] + w[1] + w[2] + w[3];
+#if defined(__x86_64__)
+	for (; len >= 32; p += 32, len -= 32)
+		__asm__("addq 0(%[p]), %[a]\n\t"
+			"adcq 8(%[p]), %[a]\n\t"
+			"adcq 16(%[p]), %[a]\n\t"
+			"adcq 24(%[p]), %[a]\n\t"
+			"adcq $0, %[a]"
+			: [a] "+r"(acc)
+			: [p] "r"(p), "m"(*(const struct { uint8_t b[32]; } *)p)
+			: "cc");
+#endif
+	for (; len >= 8; p += 8, len -= 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		acc = add_carry(acc, w);
 	}
-	for (; len >= 4; p += 4, len -= 4) {
+	if (len >= 4) {
 		uint32_t w;
 		memcpy(&w, p, 4);
-		acc += w;
+		acc = add_carry(acc, w);
+		p += 4;
+		len -= 4;
 	}
 	if (len >= 2) {
 		uint16_t h;
 		memcpy(&h, p, 2);
-		acc += h;
+		acc = add_carry(acc, h);
 		p += 2;
 		len -= 2;
 	}
@@ -43,7 +64,7 @@ uint32_t fp_csum_partial(const void *buf, size_t len, uint32_t sum)
 		/* The odd last byte is the first byte of a zero-padded word. */
 		uint16_t h = 0;
 		memcpy(&h, p, 1);
-		acc += h;
+		acc = add_carry(acc, h);
 	}
 	uint32_t s = fold32(acc);
 	return (s & 0xffff) + (s >> 16);
@@ -61,14 +82,14 @@ uint32_t fp_csum_combine(uint32_t sum, uint32_t part, size_t offset)
 
 uint32_t fp_csum_pseudo_ipv4(uint32_t saddr_be, uint32_t daddr_be, uint8_t proto, uint16_t l4_len)
 {
-	uint8_t ph[12];
-	memcpy(ph, &saddr_be, 4);
-	memcpy(ph + 4, &daddr_be, 4);
-	ph[8] = 0;
-	ph[9] = proto;
-	ph[10] = (uint8_t)(l4_len >> 8);
-	ph[11] = (uint8_t)l4_len;
-	return fp_csum_partial(ph, sizeof(ph), 0);
+	/* The pseudo-header's 16-bit words as they lie in memory, loaded in the CPU's order:
+	 * (0, proto) and the length in network order. */
+	uint8_t tail[4] = { 0, proto, (uint8_t)(l4_len >> 8), (uint8_t)l4_len };
+	uint32_t t;
+
+	memcpy(&t, tail, 4);
+	uint32_t s = fold32((uint64_t)saddr_be + daddr_be + t);
+	return (s & 0xffff) + (s >> 16);
 }
 
 /* ---- maps of precomputed sums ---- */

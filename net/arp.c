@@ -164,9 +164,15 @@ static void arp_send(struct fp_stack *st, uint16_t op, const struct fp_eth_addr 
 
 	if (!m)
 		return;
-	p = fp_mbuf_append(m, FP_ARP_LEN);
+	if (!(p = fp_mbuf_append(m, FP_ARP_LEN))) {   /* a pool buffer always has room */
+		net_free(st, m);
+		return;
+	}
 	fp_arp_emit(p, FP_ARP_LEN, &a);
-	p = fp_mbuf_prepend(m, FP_ETH_HDR_LEN);
+	if (!(p = fp_mbuf_prepend(m, FP_ETH_HDR_LEN))) {
+		net_free(st, m);
+		return;
+	}
 	fp_eth_emit(p, FP_ETH_HDR_LEN, eth_dst, &st->cfg.mac, FP_ETH_TYPE_ARP);
 	if (op == FP_ARP_OP_REQUEST)
 		NET_STAT_INC(st, arp_req_tx);

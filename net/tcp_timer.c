@@ -4,8 +4,12 @@
 /*
  * A conn keeps its deadlines in three fields (rtx_us, delack_us, keep_us; 0 = off) and
  * arms its single fp_timer at the earliest. Most updates only move a deadline later or
- * clear it; the wheel timer then fires early, finds nothing due and re-arms, which costs
- * less than touching the wheel on every segment.
+ * clear it; the wheel timer then fires early, finds nothing due and re-arms (or, with no
+ * deadline left, stays off), which costs less than touching the wheel on every segment.
+ * Clearing the last deadline leaves the timer armed too: a request/response connection
+ * clears its retransmit deadline with every ACK and sets it again with the next reply,
+ * and unlinking and refiling the timer each time cost ~90 instructions per request
+ * (bench/request_cost.py). Closing and freeing a conn cancel the timer themselves.
  */
 void tcp_timer_update(struct fp_stack *st, struct fp_tcp_conn *c)
 {
@@ -17,10 +21,8 @@ void tcp_timer_update(struct fp_stack *st, struct fp_tcp_conn *c)
 		t = c->delack_us;
 	if (c->keep_us && c->keep_us < t)
 		t = c->keep_us;
-	if (t == UINT64_MAX) {
-		fp_timer_cancel(&st->wheel, &c->timer);
-		return;
-	}
+	if (t == UINT64_MAX)
+		return;   /* an armed timer fires, finds nothing due and stays off */
 	if (fp_timer_pending(&c->timer) && c->timer.expire_tick <= fp_timer_tick_of(t))
 		return; /* fires no later than needed; it re-arms itself then */
 	fp_timer_add(&st->wheel, &c->timer, t);

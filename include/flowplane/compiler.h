@@ -11,6 +11,7 @@
 
 #define fp_aligned_cache __attribute__((aligned(FP_CACHE_LINE)))
 #define fp_cold          __attribute__((cold, noinline))
+#define fp_noinline      __attribute__((noinline))
 #define fp_unused        __attribute__((unused))
 
 /* Compile-time check that a hot struct keeps the layout its comments promise. */

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""request_cost.py: instructions per request through one real server, split per layer (issue 21, item 3).
+
+The real server binary (fp-echo or fp-kv, one worker, polling) runs under
+`valgrind --tool=callgrind` on DPDK's memif: no kernel on the frame's path, so every
+instruction from the device's receive to its transmit is user code that callgrind counts.
+The client (fp-echo client, or fp-loadgen with memcached's USR workload) runs natively on
+the other end of the memif link, closed loop, so the slowed-down server always has a full
+batch waiting: this is the cost at full batching, IX's measure. After the client's setup
+and warm-up the server's counters are zeroed (callgrind_control -z) and dumped (-d) a
+window later; the window's instructions are divided by the requests the server handled
+in it (the calls of its per-request function: fp-kv's process_line, fp-echo's srv_read)
+and split by the source file each instruction came from, inlined code by its own file.
+
+    sudo .venv/bin/python bench/request_cost.py [--apps echo,kv] [--window 5] [--out DIR]
+
+Writes DIR/request_cost.json and DIR/request_cost.md (default results/request_cost/).
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# (layer, test on (object, file, function)); the first that matches wins.
+LAYERS = [
+    ("device (DPDK memif PMD, mbufs, dev/)",
+     lambda o, f, fn: "librte_" in o or "/dev/" in f or fn.startswith(("rte_", "eth_memif",
+                                                                       "memif_"))),
+    ("checksums", lambda o, f, fn: "cksum" in f or fn.startswith("fp_csum")),
+    ("tcp", lambda o, f, fn: "/net/tcp" in f or "flowplane/tcp" in f),
+    ("eth, arp, ipv4 (net/, wire/)",
+     lambda o, f, fn: "/net/" in f or "/wire/" in f or "flowplane/wire.h" in f
+     or "flowplane/net.h" in f),
+    ("buffers, rings, timers (base/)",
+     lambda o, f, fn: "/base/" in f or re.search(r"flowplane/(pool|mbuf|ring|timer|hist|"
+                                                 r"clock|compiler|counters)\.h", f)),
+    ("runtime (rt/: loop, evl, calls)", lambda o, f, fn: "/rt/" in f
+     or re.search(r"flowplane/(rt|evl|api|rt_stats|shuffle)\.h", f)),
+    ("application (apps/)", lambda o, f, fn: "/apps/" in f),
+    ("libc (memcpy, ...)", lambda o, f, fn: "libc.so" in o or "libc" in f.split("/")[-1]),
+]
+MARKER = {"echo": "srv_read", "kv": "process_line"}
+
+
+def layer_of(obj, fil, fn):
+    for name, test in LAYERS:
+        if test(obj, fil, fn):
+            return name
+    return "other"
+
+
+def parse_callgrind(path):
+    """{(object, file, function): self Ir}, {function: calls}, total Ir."""
+    names = {}
+
+    def name(kind, rest):
+        m = re.match(r"\((\d+)\)(?:\s+(.*))?$", rest)
+        if not m:
+            return rest
+        key = (kind, m.group(1))
+        if m.group(2) is not None:
+            names[key] = m.group(2)
+        return names.get(key, "?")
+
+    cost, calls, total = {}, {}, 0
+    ob = fl = fi = fn = cfn = ""
+    skip_next = False
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            c0 = line[0]
+            if c0.isdigit() or c0 in "+-*":
+                if skip_next:          # the inclusive cost of a call: not self cost
+                    skip_next = False
+                    continue
+                parts = line.split()
+                if len(parts) >= 2:
+                    ir = int(parts[1])
+                    k = (ob, fi or fl, fn)
+                    cost[k] = cost.get(k, 0) + ir
+                    total += ir
+                continue
+            key, _, rest = line.partition("=")
+            if key == "ob":
+                ob = name("ob", rest)
+            elif key == "fl":
+                fl, fi = name("fl", rest), ""
+            elif key in ("fi", "fe"):
+                fi = name("fl", rest)
+                if fi == fl:
+                    fi = ""
+            elif key == "fn":
+                fn, fi = name("fn", rest), ""
+            elif key in ("cob", "cfl", "cfi"):
+                name("ob" if key == "cob" else "fl", rest)
+            elif key == "cfn":
+                cfn = name("fn", rest)
+            elif key == "calls":
+                calls[cfn] = calls.get(cfn, 0) + int(rest.split()[0])
+                skip_next = True
+    return cost, calls, total
+
+
+def wait_line(proc, pattern, timeout):
+    """Read @proc's stderr until a line matches; the lines read."""
+    seen, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            if proc.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        if re.search(pattern, line):
+            return seen
+    raise SystemExit(f"request_cost: server not up after {timeout} s:\n{''.join(seen)[-800:]}")
+
+
+def control(what, pid):
+    r = subprocess.run(["callgrind_control", what, str(pid)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"request_cost: callgrind_control {what} failed: {r.stdout}{r.stderr}")
+
+
+def one(app, a, build, tmp):
+    sock = os.path.join(tmp, f"{app}.sock")
+    m = "--vdev=net_memif0,role={},socket=" + sock + ",socket-abstract=no"
+    srv_rt = ["--cores", "0", "--idle", "poll", "--stats", "none", "--dpdk", m.format("server"),
+              "--ip", "10.99.0.1/24"]
+    cli_rt = ["--cores", "1", "--stats", "none", "--dpdk", m.format("client"),
+              "--ip", "10.99.0.2/24"]
+    run_s = a.settle + a.window + 4
+    if app == "echo":
+        exe = str(build / "apps" / "echo" / "fp-echo")
+        srv = [exe, "server", *srv_rt]
+        cli = [exe, "client", "--server", "10.99.0.1", "--conns", str(a.conns), "--size", "64",
+               "--rounds", "0", "--duration", str(run_s), "--warmup", "0", "--idle", "poll",
+               *cli_rt]
+    else:
+        srv = [str(build / "apps" / "kv" / "fp-kv"), "-m", "256", "-t", "1", "-U", "0", *srv_rt]
+        cli = [str(build / "apps" / "loadgen" / "fp-loadgen"), "--server", "10.99.0.1",
+               "--workload", "usr", "--conns", str(a.conns), "--closed", "1", "--duration",
+               str(run_s), "--warmup", "0", "--quiet", *cli_rt]
+    out = os.path.join(tmp, f"{app}.cg")
+    vg = ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--dump-instr=no",
+          f"--callgrind-out-file={out}", *srv]
+    sp = subprocess.Popen(vg, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_line(sp, r"^flowplane: ", 120)
+        cp = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(a.settle)
+        control("-z", sp.pid)
+        time.sleep(a.window)
+        control("-d", sp.pid)
+        if cp.poll() is not None:
+            raise SystemExit(f"request_cost: {app}: the client ended before the window did: "
+                             f"{cp.stderr.read()[-600:]}")
+        _, err = cp.communicate(timeout=run_s + 60)
+        if cp.returncode != 0:
+            raise SystemExit(f"request_cost: {app}: client failed: {err[-600:]}")
+    finally:
+        sp.terminate()
+        try:
+            sp.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            sp.kill()
+            sp.wait()
+    dumps = sorted(pathlib.Path(tmp).glob(f"{app}.cg.*"), key=lambda p: p.stat().st_mtime)
+    dumps = [d for d in dumps if re.search(r"\.cg\.\d+$", str(d))]
+    if not dumps:
+        raise SystemExit(f"request_cost: {app}: callgrind wrote no dump")
+    if a.keep:
+        shutil.copy(dumps[0], pathlib.Path(a.out) / f"{app}.callgrind")
+    cost, calls, total = parse_callgrind(str(dumps[0]))
+    # (LTO may clone it: process_line.constprop.0)
+    n = sum(v for k, v in calls.items() if k == MARKER[app] or k.startswith(MARKER[app] + "."))
+    if n < 1000:
+        raise SystemExit(f"request_cost: {app}: only {n} requests in the window")
+    layers, fns = {}, {}
+    for (o, f, fn), ir in cost.items():
+        lay = layer_of(o, f, fn)
+        layers[lay] = layers.get(lay, 0) + ir
+        where = os.path.basename(f) if f and f != "???" else os.path.basename(o)
+        short = f"{fn} ({where})"
+        fns[short] = fns.get(short, 0) + ir
+    rx_calls = max((v for k, v in calls.items() if "recv_pkts" in k or k.endswith("rx_burst")
+                    and "memif" in k), default=0)
+    return {"app": app, "requests": n, "instructions": total, "per_request": total / n,
+            "layers": {k: v / n for k, v in sorted(layers.items(), key=lambda kv: -kv[1])},
+            "top": [(k, v / n, calls.get(k.split(" (")[0], 0) / n)
+                    for k, v in sorted(fns.items(), key=lambda kv: -kv[1])[:a.top]],
+            "rx_polls": rx_calls, "requests_per_poll": n / rx_calls if rx_calls else None}
+
+
+def table(r):
+    lines = [f"#### {r['app']}: {r['per_request']:,.0f} instructions per request "
+             f"({r['requests']:,} requests in the window"
+             + (f", {r['requests_per_poll']:.1f} per receive poll" if r["requests_per_poll"]
+                else "") + ")", "",
+             "| layer (self cost, by source file; inlined code by its own file) | "
+             "instructions per request |", "|---|---|"]
+    for k, v in r["layers"].items():
+        lines.append(f"| {k} | {v:,.0f} |")
+    lines.append(f"| **total** | **{r['per_request']:,.0f}** |")
+    lines += ["", "Largest functions (self cost per request):", "",
+              "| function (file of the code) | instructions | calls |", "|---|---|---|"]
+    for k, v, c in r["top"]:
+        lines.append(f"| `{k}` | {v:,.0f} | {c:.2f} |")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--apps", default="echo,kv", help="echo, kv or both (default both)")
+    ap.add_argument("--conns", type=int, default=16, help="client connections, one request "
+                    "in flight each (default 16)")
+    ap.add_argument("--settle", type=float, default=4.0, help="seconds of load before the "
+                    "window: the client's setup and warm-up (default 4)")
+    ap.add_argument("--window", type=float, default=5.0, help="seconds counted (default 5)")
+    ap.add_argument("--top", type=int, default=20, help="functions listed (default 20)")
+    ap.add_argument("--keep", action="store_true", help="keep each callgrind dump in --out "
+                    "(APP.callgrind, for callgrind_annotate)")
+    ap.add_argument("--build", default=str(ROOT / "build" / "release"))
+    ap.add_argument("--out", default=str(ROOT / "results" / "request_cost"))
+    a = ap.parse_args()
+    apps = [x for x in a.apps.split(",") if x]
+    if not apps or any(x not in MARKER for x in apps):
+        ap.error("--apps takes echo, kv or echo,kv")
+    if os.geteuid() != 0:
+        sys.exit("request_cost: needs root (DPDK's EAL): run it with sudo")
+    for tool in ("valgrind", "callgrind_control"):
+        if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
+            sys.exit(f"request_cost: {tool} not found (apt-get install valgrind)")
+    build, out = pathlib.Path(a.build), pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    res = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for app in apps:
+            print(f"request_cost: {app} under callgrind ({a.settle + a.window + 4:.0f} s of load)",
+                  file=sys.stderr, flush=True)
+            res.append(one(app, a, build, tmp))
+    cmd = "sudo .venv/bin/python bench/request_cost.py " + " ".join(sys.argv[1:])
+    (out / "request_cost.json").write_text(json.dumps({"command": cmd.strip(), "runs": res},
+                                                      indent=1))
+    lines = [f"request_cost, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
+             f"`{cmd.strip()}`; the server under callgrind on memif, {a.conns} connections "
+             f"closed loop, one request in flight each; fp-echo 64-byte messages, fp-kv "
+             f"memcached's USR (GET of 19-byte keys, 2-byte values)", ""]
+    for r in res:
+        lines += table(r) + [""]
+    md = "\n".join(lines)
+    (out / "request_cost.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

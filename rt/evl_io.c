@@ -223,7 +223,8 @@ static void evl_out_advance(struct fp_evl_conn *c, size_t n)
 }
 
 /* Append @len bytes to @c's chunks; all or nothing (-ENOBUFS when a chunk is short). */
-static int evl_out_append(struct fp_evl_conn *c, const uint8_t *p, size_t len)
+static int evl_out_append(struct fp_evl_conn *c, const struct iovec *iov, unsigned niov,
+			  size_t len)
 {
 	struct fp_evl *evl = c->evl;
 	struct evl_chunk *first = NULL, **link = &first, *ch;
@@ -246,19 +247,28 @@ static int evl_out_append(struct fp_evl_conn *c, const uint8_t *p, size_t len)
 		c->tail->next = first;
 	else
 		c->head = first;
-	for (ch = tail_open ? c->tail : first; len; ch = ch->next) {
-		uint32_t n = EVL_CHUNK_DATA - ch->len;
+	ch = tail_open ? c->tail : first;
+	for (unsigned i = 0; i < niov; i++) {
+		const uint8_t *p = iov[i].iov_base;
 
-		if (n > len)
-			n = (uint32_t)len;
-		memcpy(ch->data + ch->len, p, n);
-		ch->len += n;
-		p += n;
-		len -= n;
-		c->pending += n;
-		evl->out_total += n;
-		c->tail = ch;
+		for (size_t left = iov[i].iov_len; left; ) {
+			uint32_t n = EVL_CHUNK_DATA - ch->len;
+
+			if (!n) {
+				ch = ch->next;
+				continue;
+			}
+			if (n > left)
+				n = (uint32_t)left;
+			memcpy(ch->data + ch->len, p, n);
+			ch->len += n;
+			p += n;
+			left -= n;
+			c->tail = ch;
+		}
 	}
+	c->pending += len;
+	evl->out_total += len;
 	return 0;
 }
 
@@ -404,14 +414,21 @@ static int evl_out_append_ref(struct fp_evl_conn *c, const uint8_t *p, size_t le
 	return 0;
 }
 
-/* fp_evl_write and fp_evl_write_ref: the checks, then the copy or the reference. */
-static int evl_write(struct fp_evl_conn *c, const void *data, size_t len, bool ref)
+/* fp_evl_write, fp_evl_writev and fp_evl_write_ref: the checks, then the copy or the
+ * reference (of iov[0]: a reference is written one piece at a time). */
+static int evl_write(struct fp_evl_conn *c, const struct iovec *iov, unsigned niov, bool ref)
 {
 	struct fp_evl *evl = c->evl;
+	size_t len = 0;
 	int rc;
 
 	if (c->state == EVL_RELEASED || c->closing || c->app_gone)
 		return -EPIPE;
+	for (unsigned i = 0; i < niov; i++) {
+		if (iov[i].iov_len > SIZE_MAX - len)
+			return -ENOBUFS;
+		len += iov[i].iov_len;
+	}
 	if (c->pending > evl->max_pending || len > evl->max_pending - c->pending) {
 		/* Full: what read leaves now is shown again when the output moves (a write
 		 * larger than max_pending on an empty output can never fit, and waits for
@@ -429,7 +446,8 @@ static int evl_write(struct fp_evl_conn *c, const void *data, size_t len, bool r
 		evl->out_refused++;
 		return -ENOBUFS;
 	}
-	if ((rc = ref ? evl_out_append_ref(c, data, len) : evl_out_append(c, data, len))) {
+	if ((rc = ref ? evl_out_append_ref(c, iov[0].iov_base, len)
+		      : evl_out_append(c, iov, niov, len))) {
 		c->out_full = c->pending > 0;
 		return rc;
 	}
@@ -441,12 +459,21 @@ static int evl_write(struct fp_evl_conn *c, const void *data, size_t len, bool r
 
 int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len)
 {
-	return evl_write(c, data, len, false);
+	struct iovec v = { (void *)(uintptr_t)data, len };
+
+	return evl_write(c, &v, 1, false);
+}
+
+int fp_evl_writev(struct fp_evl_conn *c, const struct iovec *iov, unsigned n)
+{
+	return evl_write(c, iov, n, false);
 }
 
 int fp_evl_write_ref(struct fp_evl_conn *c, const void *data, size_t len)
 {
-	return evl_write(c, data, len, true);
+	struct iovec v = { (void *)(uintptr_t)data, len };
+
+	return evl_write(c, &v, 1, true);
 }
 
 size_t fp_evl_pending(const struct fp_evl_conn *c) { return c->pending; }

@@ -218,8 +218,8 @@ static int out_write(void *arg, const struct iovec *iov, unsigned n)
 	struct kv_mconn *mc = arg;
 	int rc = mc->aborted ? -EPIPE : 0;
 
-	for (unsigned i = 0; i < n && !rc; i++)
-		rc = fp_evl_write(mc->c, iov[i].iov_base, iov[i].iov_len);
+	if (!rc)
+		rc = fp_evl_writev(mc->c, iov, n);
 	if (rc && !mc->aborted) {
 		/* proto.c checked the room first: only a transport out of buffers or a
 		 * dying connection gets here, and a half-written answer cannot stand */

@@ -404,17 +404,18 @@ static bool get_lookup(struct kv_conn *c, const char *k, size_t nk, bool touch, 
 /* Next key of a get line from @*off; false at the end. */
 static bool next_key(const char *line, size_t len, size_t *off, const char **k, size_t *nk)
 {
-	size_t i = *off, s;
+	size_t i = *off, e;
+	const char *sp;
 
 	while (i < len && line[i] == ' ')
 		i++;
 	if (i == len)
 		return false;
-	for (s = i; i < len && line[i] != ' '; i++)
-		;
-	*k = line + s;
-	*nk = i - s;
-	*off = i;
+	sp = memchr(line + i, ' ', len - i);
+	e = sp ? (size_t)(sp - line) : len;
+	*k = line + i;
+	*nk = e - i;
+	*off = e;
 	return true;
 }
 

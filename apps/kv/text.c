@@ -85,22 +85,23 @@ bool kv_strtol(const char *s, size_t n, int32_t *out)
 
 size_t kv_tokenize(const char *line, size_t len, struct kv_tok *t, size_t max)
 {
-	size_t n = 0, s = 0, i;
+	size_t n = 0, s = 0, i = len;
 
-	for (i = 0; i < len; i++) {
-		if (line[i] != ' ')
-			continue;
-		if (s != i) {
-			t[n++] = (struct kv_tok){ line + s, i - s };
-			if (n == max - 1) {
-				s = ++i;
+	/* memchr finds each space a word at a time: a byte loop was ~8 instructions a byte,
+	 * the largest single cost of a GET in the application (bench/request_cost.py). */
+	while (s < len) {
+		const char *sp = memchr(line + s, ' ', len - s);
+		size_t e = sp ? (size_t)(sp - line) : len;
+
+		if (e != s) {
+			t[n++] = (struct kv_tok){ line + s, e - s };
+			if (n == max - 1 && sp) {
+				i = e + 1;   /* the rest of the line, untokenized */
 				break;
 			}
 		}
-		s = i + 1;
+		s = e + 1;
 	}
-	if (s != i && i <= len)
-		t[n++] = (struct kv_tok){ line + s, i - s };
 	t[n++] = (struct kv_tok){ i < len ? line + i : NULL, 0 };
 	return n;
 }

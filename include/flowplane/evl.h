@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <flowplane/api.h>
 
@@ -119,6 +120,9 @@ struct fp_evl_conn *fp_evl_connect(struct fp_evl *evl, uint32_t addr, uint16_t p
 /* Copy @len bytes into @c's output. 0, -ENOBUFS (over max_pending: nothing written; what
  * read leaves is shown again when the output moves) or -EPIPE (closing or dead). */
 int fp_evl_write(struct fp_evl_conn *c, const void *data, size_t len);
+/* fp_evl_write of @n pieces, all or nothing: one answer made of a header, a value and a
+ * trailer costs one check and one append instead of three. */
+int fp_evl_writev(struct fp_evl_conn *c, const struct iovec *iov, unsigned n);
 /* The same without the copy: @data is sent from where it is, so it must stay unchanged
  * and mapped until the connection is released (an application's immutable content, as a
  * web server's files read at start). It counts in max_pending, not in max_total_pending

@@ -629,6 +629,45 @@ static void test_enobufs_over_max_pending(void **state)
 	assert_int_equal(fp_evl_write(f->conn, data, 1), 0);
 }
 
+/* fp_evl_writev: pieces of random sizes (empty ones too, and ones that cross chunks) arrive
+ * whole and in order, after the partial fill of a chunk by a plain write; a vector over
+ * max_pending writes none of its pieces. */
+static void test_writev_all_or_nothing(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = accepted(f, 1 << 20);
+	static uint8_t data[30000];
+	uint64_t seed = 9;
+	size_t off = 0;
+
+	fill(data, sizeof(data), 6);
+	assert_int_equal(fp_evl_write(f->conn, data, 7), 0);
+	off = 7;
+	while (off < sizeof(data)) {
+		struct iovec v[4];
+		unsigned n = 1 + (unsigned)fp_test_below(&seed, 4);
+
+		for (unsigned i = 0; i < n; i++) {
+			size_t k = fp_test_below(&seed, 5000);
+
+			if (k > sizeof(data) - off)
+				k = sizeof(data) - off;
+			v[i] = (struct iovec){ data + off, k };
+			off += k;
+		}
+		assert_int_equal(fp_evl_writev(f->conn, v, n), 0);
+	}
+	assert_int_equal(fp_evl_pending(f->conn), sizeof(data));
+	struct iovec big[2] = { { data, 20000 }, { data, 64 * 1024 - 20000 - sizeof(data) + 1 } };
+	assert_int_equal(fp_evl_writev(f->conn, big, 2), -ENOBUFS);
+	assert_int_equal(fp_evl_pending(f->conn), sizeof(data));   /* not even the first */
+	settle(f);
+	ack(f, fl, 1 << 20);
+	settle(f);
+	assert_int_equal(fl->out_len, sizeof(data));
+	assert_memory_equal(fl->out, data, sizeof(data));
+}
+
 /* The peer's EOF: closed(0) once, what it writes still goes out, then CLOSE, then freed. */
 static void test_eof_drains_then_closes(void **state)
 {
@@ -1218,6 +1257,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pipelined_requests_in_place, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_split_request_contiguous, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_partial_sendv_preserves_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_writev_all_or_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_enobufs_over_max_pending, setup, teardown),
 
 		cmocka_unit_test_setup_teardown(test_write_ref_mixed_with_copies, setup, teardown),

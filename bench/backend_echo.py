@@ -25,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo, stop_process  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
-from benchlib import med, start  # noqa: E402
+from benchlib import med, parse_builds, ratio_cell, start  # noqa: E402
 
 BACKENDS = ["memif", "xdp", "dpdk-af_packet", "dpdk-af_xdp"]
 # dpdk-af_xdp completes no round trip on this veth pair (not yet looked into): not run
@@ -88,7 +88,10 @@ def main():
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--backends", default=",".join(DEFAULT),
                     help=f"comma list of {', '.join(BACKENDS)} (default {','.join(DEFAULT)})")
-    ap.add_argument("--build", default=str(ROOT / "build" / "release"))
+    ap.add_argument("--build", default=str(ROOT / "build" / "release"),
+                    help="the build directory, or LABEL=DIR,LABEL=DIR: builds interleaved in "
+                    "each round (before and after a change), the ratio of the last to the "
+                    "first reported per round")
     ap.add_argument("--out", default=str(ROOT / "results" / "backend_echo"))
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -96,18 +99,20 @@ def main():
     kinds = [k for k in a.backends.split(",") if k]
     if any(k not in BACKENDS for k in kinds):
         sys.exit(f"backend_echo: backends are {', '.join(BACKENDS)}")
-    exe = str(pathlib.Path(a.build) / "apps" / "echo" / "fp-echo")
+    builds = parse_builds(a.build)
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     with Topo(f"be{os.getpid() % 10000}") as topo, tempfile.TemporaryDirectory() as tmp:
         for rnd in range(a.rounds):
-            for kind in kinds:
-                print(f"backend_echo: round {rnd + 1}/{a.rounds}: {kind}", file=sys.stderr,
-                      flush=True)
-                r = one(kind, topo, exe, a.duration, tmp)
-                r["round"] = rnd + 1
-                runs.append(r)
+            for label, bdir in builds:
+                exe = str(pathlib.Path(bdir) / "apps" / "echo" / "fp-echo")
+                for kind in kinds:
+                    print(f"backend_echo: round {rnd + 1}/{a.rounds}: {kind}"
+                          + (f" ({label})" if label else ""), file=sys.stderr, flush=True)
+                    r = one(kind, topo, exe, a.duration, tmp)
+                    r["round"], r["build"] = rnd + 1, label
+                    runs.append(r)
     cmd = "sudo .venv/bin/python bench/backend_echo.py " + " ".join(sys.argv[1:])
     (out / "backend_echo.json").write_text(json.dumps({"command": cmd.strip(), "runs": runs},
                                                       indent=1))
@@ -116,13 +121,20 @@ def main():
              "median (min-max)", "",
              "| backend | messages/s | RTT p50 µs | RTT p99 µs | server CPU | errors |",
              "|---|---|---|---|---|---|"]
-    for kind in kinds:
-        rs = [r for r in runs if r["backend"] == kind]
-        lines.append(f"| {kind} | {med([r['msgs_per_s'] for r in rs], '{:,.0f}')} | "
+    for kind, (label, _) in [(k, b) for k in kinds for b in builds]:
+        rs = [r for r in runs if r["backend"] == kind and r["build"] == label]
+        lines.append(f"| {kind}{f' ({label})' if label else ''} | {med([r['msgs_per_s'] for r in rs], '{:,.0f}')} | "
                      f"{med([r['rtt_p50_us'] for r in rs], '{:.1f}')} | "
                      f"{med([r['rtt_p99_us'] for r in rs], '{:.1f}')} | "
                      f"{med([100 * r['server_cpu'] for r in rs], '{:.0f}%')} | "
                      f"{sum(r['errors'] for r in rs)} |")
+    if len(builds) > 1:
+        first, last = builds[0][0], builds[-1][0]
+        lines += ["", f"{last} against {first}, per round, median (min-max):", "",
+                  "| backend | messages/s | RTT p50 |", "|---|---|---|"]
+        for kind in kinds:
+            lines.append(f"| {kind} | {ratio_cell(runs, 'msgs_per_s', last, first, 'backend', kind)}"
+                         f" | {ratio_cell(runs, 'rtt_p50_us', last, first, 'backend', kind)} |")
     md = "\n".join(lines) + "\n"
     (out / "backend_echo.md").write_text(md)
     print(md)

@@ -33,3 +33,30 @@ def start(topo, ns, cmd):
     if ns:
         return topo.popen(ns, cmd)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def parse_builds(arg):
+    """--build DIR, or LABEL=DIR,LABEL=DIR to interleave builds (before and after a change):
+    [(label, path)]; a lone DIR is labelled ''."""
+    out = []
+    for part in [p for p in arg.split(",") if p]:
+        label, eq, path = part.partition("=")
+        out.append((label, path) if eq else ("", part))
+    labels = [lb for lb, _ in out]
+    if len(out) > 1 and ("" in labels or len(set(labels)) != len(labels)):
+        raise SystemExit("--build: several builds need distinct labels: LABEL=DIR,LABEL=DIR")
+    return out
+
+
+def ratio_cell(runs, key, num, den, kind_key, kind):
+    """Per-round ratio of @key between builds @num and @den for @kind: 'median (min-max)' and
+    a verdict (a win or a loss only when the whole range is on one side of 1)."""
+    by = {}
+    for r in runs:
+        if r[kind_key] == kind and r["build"] in (num, den):
+            by.setdefault(r["round"], {})[r["build"]] = r[key]
+    xs = [v[num] / v[den] for v in by.values() if num in v and den in v and v[den]]
+    if not xs:
+        return "–"
+    verdict = "higher" if min(xs) > 1 else "lower" if max(xs) < 1 else "within noise"
+    return f"{med(xs, '{:.2f}')} ({verdict})"

@@ -25,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo, stop_process  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
-from benchlib import med, start  # noqa: E402
+from benchlib import med, parse_builds, ratio_cell, start  # noqa: E402
 
 PATHS = ["memif", "xdp"]
 
@@ -70,33 +70,45 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--closed", type=int, default=4, help="requests in flight per connection")
     ap.add_argument("--duration", type=float, default=3.0)
-    ap.add_argument("--build", default=str(ROOT / "build" / "release"))
+    ap.add_argument("--build", default=str(ROOT / "build" / "release"),
+                    help="the build directory, or LABEL=DIR,LABEL=DIR: builds interleaved in "
+                    "each round (before and after a change), the ratio of the last to the "
+                    "first reported per round")
     ap.add_argument("--out", default=str(ROOT / "results" / "kv_memif"))
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("kv_memif: needs root (namespaces, AF_XDP): run it with sudo")
-    build, out = pathlib.Path(a.build), pathlib.Path(a.out)
+    builds, out = parse_builds(a.build), pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     with Topo(f"km{os.getpid() % 10000}") as topo, tempfile.TemporaryDirectory() as tmp:
         for rnd in range(a.rounds):
-            for path in PATHS:
-                print(f"kv_memif: round {rnd + 1}/{a.rounds}: {path}", file=sys.stderr, flush=True)
-                r = one(path, topo, build, a, tmp)
-                r["round"] = rnd + 1
-                runs.append(r)
+            for label, bdir in builds:
+                for path in PATHS:
+                    print(f"kv_memif: round {rnd + 1}/{a.rounds}: {path}"
+                          + (f" ({label})" if label else ""), file=sys.stderr, flush=True)
+                    r = one(path, topo, pathlib.Path(bdir), a, tmp)
+                    r["round"], r["build"] = rnd + 1, label
+                    runs.append(r)
     cmd = "sudo .venv/bin/python bench/kv_memif.py " + " ".join(sys.argv[1:])
     (out / "kv_memif.json").write_text(json.dumps({"command": cmd.strip(), "runs": runs}, indent=1))
     lines = [f"kv_memif, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
              f"`{cmd.strip()}`; fp-kv and fp-loadgen (USR, 64 connections x {a.closed} in "
              "flight, closed loop), one core each; median (min-max)", "",
              "| path | requests/s | p50 µs | p99 µs | timeouts |", "|---|---|---|---|---|"]
-    for path in PATHS:
-        rs = [r for r in runs if r["path"] == path]
-        lines.append(f"| {path} | {med([r['achieved_rps'] for r in rs], '{:,.0f}')} | "
+    for path, (label, _) in [(p, b) for p in PATHS for b in builds]:
+        rs = [r for r in runs if r["path"] == path and r["build"] == label]
+        lines.append(f"| {path}{f' ({label})' if label else ''} | {med([r['achieved_rps'] for r in rs], '{:,.0f}')} | "
                      f"{med([r['p50_us'] for r in rs], '{:.0f}')} | "
                      f"{med([r['p99_us'] for r in rs], '{:.0f}')} | "
                      f"{sum(r['timeouts'] for r in rs)} |")
+    if len(builds) > 1:
+        first, last = builds[0][0], builds[-1][0]
+        lines += ["", f"{last} against {first}, per round, median (min-max):", "",
+                  "| path | requests/s | p50 |", "|---|---|---|"]
+        for path in PATHS:
+            lines.append(f"| {path} | {ratio_cell(runs, 'achieved_rps', last, first, 'path', path)}"
+                         f" | {ratio_cell(runs, 'p50_us', last, first, 'path', path)} |")
     md = "\n".join(lines) + "\n"
     (out / "kv_memif.md").write_text(md)
     print(md)

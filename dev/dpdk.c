@@ -45,7 +45,9 @@
 #define DPDK_MP_CACHE  256u   /* mbufs per worker's mempool cache (flushed above 1.5x) */
 
 struct fp_dpdk {
+	bool owns_eal;             /* fp_dpdk_open's: closing it cleans the EAL up */
 	uint16_t port;
+	unsigned index;            /* among the ports the EAL probed (one per --vdev) */
 	unsigned n_queues;
 	struct fp_dpdk_config cfg;
 	struct rte_mempool *mp;
@@ -290,17 +292,96 @@ static int eal_argv(const char *args, char *buf, size_t buflen, char **argv, cha
 
 static bool eal_up;   /* the EAL initialises once per process */
 
+/* Configure and start the @index-th port the EAL probed (0 or -1 with @err). */
+static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errlen)
+{
+	struct rte_eth_conf conf;
+	struct rte_ether_addr mac;
+	char name[32];
+	unsigned nb, found = 0;
+	uint16_t port;
+	mode_t um;
+	int rc;
+
+	if (!rte_eth_dev_count_avail()) {
+		snprintf(err, errlen, "DPDK found no port: the --vdev did not probe (is its PMD "
+			 "installed? Debian: librte-net-memif23 and the like)");
+		goto fail;
+	}
+	RTE_ETH_FOREACH_DEV(port) {
+		if (found++ == index) {
+			d->port = port;
+			break;
+		}
+	}
+	if (found <= index) {
+		snprintf(err, errlen, "DPDK has %u port(s): no port %u (one --vdev each)", found,
+			 index);
+		goto fail;
+	}
+	d->index = index;
+	rte_eth_dev_info_get(d->port, &d->info);
+	if (d->n_queues > d->info.max_rx_queues || d->n_queues > d->info.max_tx_queues) {
+		snprintf(err, errlen, "%s has %u rx and %u tx queues; %u workers need as many",
+			 d->info.driver_name, d->info.max_rx_queues, d->info.max_tx_queues,
+			 d->n_queues);
+		goto fail;
+	}
+	/* rings, bursts, and what each worker's cache may hold (up to 1.5x its size) */
+	nb = d->n_queues * (2 * d->cfg.ring_size + 2 * DPDK_BURST + DPDK_MP_CACHE * 3 / 2) + 1024;
+	snprintf(name, sizeof(name), "fp_dpdk%u", index);
+	d->mp = rte_pktmbuf_pool_create(name, nb, DPDK_MP_CACHE, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+					SOCKET_ID_ANY);
+	if (!d->mp) {
+		snprintf(err, errlen, "DPDK mbuf pool of %u: %s (more memory: -m in --dpdk)", nb,
+			 rte_strerror(rte_errno));
+		goto fail;
+	}
+	memset(&conf, 0, sizeof(conf));
+	if ((rc = rte_eth_dev_configure(d->port, (uint16_t)d->n_queues, (uint16_t)d->n_queues,
+					&conf))) {
+		snprintf(err, errlen, "configuring %s: %s", d->info.driver_name, rte_strerror(-rc));
+		goto fail;
+	}
+	for (unsigned i = 0; i < d->n_queues; i++) {
+		if ((rc = rte_eth_rx_queue_setup(d->port, (uint16_t)i, (uint16_t)d->cfg.ring_size,
+						 SOCKET_ID_ANY, NULL, d->mp)) ||
+		    (rc = rte_eth_tx_queue_setup(d->port, (uint16_t)i, (uint16_t)d->cfg.ring_size,
+						 SOCKET_ID_ANY, NULL))) {
+			snprintf(err, errlen, "%s queue %u: %s", d->info.driver_name, i,
+				 rte_strerror(-rc));
+			goto fail;
+		}
+	}
+	um = umask(077);
+	rc = rte_eth_dev_start(d->port);
+	umask(um);
+	if (rc) {
+		snprintf(err, errlen, "starting %s: %s", d->info.driver_name, rte_strerror(-rc));
+		goto fail;
+	}
+	rte_eth_macaddr_get(d->port, &mac);
+	memcpy(d->mac.b, mac.addr_bytes, 6);
+	if (rte_eth_dev_get_mtu(d->port, &d->mtu) || !d->mtu)
+		d->mtu = 1500;
+	return 0;
+fail:
+	if (d->mp) {
+		rte_mempool_free(d->mp);
+		d->mp = NULL;
+	}
+	return -1;
+}
+
+
 struct fp_dpdk *fp_dpdk_open(const struct fp_dpdk_config *cfg, char *err, size_t errlen)
 {
 	static char buf[4096];
 	char *argv[DPDK_MAX_ARGS];
-	struct rte_eth_conf conf;
-	struct rte_ether_addr mac;
 	struct fp_dpdk *d;
 	cpu_set_t cpus;
 	mode_t um;
 	int argc, rc;
-	unsigned nb;
 
 	if (!cfg->args || !strstr(cfg->args, "--vdev") ) {
 		snprintf(err, errlen, "the dpdk transport needs a device: --dpdk "
@@ -335,63 +416,43 @@ struct fp_dpdk *fp_dpdk_open(const struct fp_dpdk_config *cfg, char *err, size_t
 		goto fail;
 	}
 	eal_up = true;
-	if (!rte_eth_dev_count_avail()) {
-		snprintf(err, errlen, "DPDK found no port: the --vdev did not probe (is its PMD "
-			 "installed? Debian: librte-net-memif23 and the like)");
+	d->owns_eal = true;
+	if (port_setup(d, 0, err, errlen))
 		goto fail_eal;
-	}
-	RTE_ETH_FOREACH_DEV(d->port)
-		break;
-	rte_eth_dev_info_get(d->port, &d->info);
-	if (d->n_queues > d->info.max_rx_queues || d->n_queues > d->info.max_tx_queues) {
-		snprintf(err, errlen, "%s has %u rx and %u tx queues; %u workers need as many",
-			 d->info.driver_name, d->info.max_rx_queues, d->info.max_tx_queues,
-			 d->n_queues);
-		goto fail_eal;
-	}
-	/* rings, bursts, and what each worker's cache may hold (up to 1.5x its size) */
-	nb = d->n_queues * (2 * d->cfg.ring_size + 2 * DPDK_BURST + DPDK_MP_CACHE * 3 / 2) + 1024;
-	d->mp = rte_pktmbuf_pool_create("fp_dpdk", nb, DPDK_MP_CACHE, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
-					SOCKET_ID_ANY);
-	if (!d->mp) {
-		snprintf(err, errlen, "DPDK mbuf pool of %u: %s (more memory: -m in --dpdk)", nb,
-			 rte_strerror(rte_errno));
-		goto fail_eal;
-	}
-	memset(&conf, 0, sizeof(conf));
-	if ((rc = rte_eth_dev_configure(d->port, (uint16_t)d->n_queues, (uint16_t)d->n_queues,
-					&conf))) {
-		snprintf(err, errlen, "configuring %s: %s", d->info.driver_name, rte_strerror(-rc));
-		goto fail_eal;
-	}
-	for (unsigned i = 0; i < d->n_queues; i++) {
-		if ((rc = rte_eth_rx_queue_setup(d->port, (uint16_t)i, (uint16_t)d->cfg.ring_size,
-						 SOCKET_ID_ANY, NULL, d->mp)) ||
-		    (rc = rte_eth_tx_queue_setup(d->port, (uint16_t)i, (uint16_t)d->cfg.ring_size,
-						 SOCKET_ID_ANY, NULL))) {
-			snprintf(err, errlen, "%s queue %u: %s", d->info.driver_name, i,
-				 rte_strerror(-rc));
-			goto fail_eal;
-		}
-	}
-	um = umask(077);
-	rc = rte_eth_dev_start(d->port);
-	umask(um);
-	if (rc) {
-		snprintf(err, errlen, "starting %s: %s", d->info.driver_name, rte_strerror(-rc));
-		goto fail_eal;
-	}
-	rte_eth_macaddr_get(d->port, &mac);
-	memcpy(d->mac.b, mac.addr_bytes, 6);
-	if (rte_eth_dev_get_mtu(d->port, &d->mtu) || !d->mtu)
-		d->mtu = 1500;
 	return d;
 fail_eal:
-	rte_eal_cleanup();
+	rte_eal_cleanup();   /* DPDK cannot start again in this process: eal_up stays */
 fail:
 	free(d);
 	errno = EIO;
 	return NULL;
+}
+
+struct fp_dpdk *fp_dpdk_open_next(const struct fp_dpdk *prev, const struct fp_dpdk_config *cfg,
+				  char *err, size_t errlen)
+{
+	struct fp_dpdk *d;
+
+	if (!prev || !eal_up) {
+		snprintf(err, errlen, "DPDK's EAL is not up: open the first port with fp_dpdk_open");
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!(d = calloc(1, sizeof(*d)))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	d->cfg = *cfg;
+	d->cfg.args = prev->cfg.args;
+	d->cfg.frames = cfg->frames ? cfg->frames : 4096;
+	d->cfg.ring_size = cfg->ring_size ? cfg->ring_size : 1024;
+	d->n_queues = cfg->n_queues ? cfg->n_queues : 1;
+	if (port_setup(d, prev->index + 1u, err, errlen)) {
+		free(d);
+		errno = EIO;
+		return NULL;
+	}
+	return d;
 }
 
 const char *fp_dpdk_driver(const struct fp_dpdk *d) { return d->info.driver_name; }
@@ -403,6 +464,7 @@ void fp_dpdk_close(struct fp_dpdk *d)
 	rte_eth_dev_stop(d->port);
 	rte_eth_dev_close(d->port);
 	rte_mempool_free(d->mp);
-	rte_eal_cleanup();
+	if (d->owns_eal)   /* the ports opened after it are closed first */
+		rte_eal_cleanup();
 	free(d);
 }

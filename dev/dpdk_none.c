@@ -15,6 +15,13 @@ struct fp_dpdk *fp_dpdk_open(const struct fp_dpdk_config *cfg, char *err, size_t
 	return NULL;
 }
 
+struct fp_dpdk *fp_dpdk_open_next(const struct fp_dpdk *prev, const struct fp_dpdk_config *cfg,
+				  char *err, size_t errlen)
+{
+	(void)prev;
+	return fp_dpdk_open(cfg, err, errlen);
+}
+
 struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned q, char *err, size_t errlen)
 {
 	(void)d;

@@ -76,7 +76,9 @@ const char fp_rt_options_help[] =
 	"  --xdp-zerocopy yes|no xdp: require zero-copy mode (fail without it)\n"
 	"  --umem-frames N       xdp: UMEM frames per queue (default 4096)\n"
 	"  --rx-drop P           drop this fraction (0..1) of received frames (tests)\n"
-	"  --seed N              seed for --rx-drop (default: from the clock)\n"
+	"  --rx-reorder P        hold this fraction (0..1) of received frames back until after\n"
+	"                        the next burst's: out of order, not lost (tests)\n"
+	"  --seed N              seed for --rx-drop and --rx-reorder (default: from the clock)\n"
 	"  --rcv-buf BYTES       TCP receive window per connection (default 256K)\n"
 	"  --max-conns N         TCP connections per worker (default 65536)\n"
 	"  --rto-min-us US       xdp: TCP's retransmit timeout floor (default 5000)\n"
@@ -88,7 +90,7 @@ const char fp_rt_options_help[] =
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "batch", "idle",
-	"sched", "spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "seed",
+	"sched", "spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
 };
 
@@ -288,7 +290,9 @@ static int opt_stats(struct fp_rt_config *cfg, const char *val, char *err, size_
 	return 1;
 }
 
-static int opt_rx_drop(struct fp_rt_config *cfg, const char *val, char *err, size_t errlen)
+/* --rx-drop and --rx-reorder: a fraction in 0..1 into @out. */
+static int opt_fraction(double *out, const char *opt, const char *val, char *err,
+			size_t errlen)
 {
 	char *end;
 	double p;
@@ -296,10 +300,10 @@ static int opt_rx_drop(struct fp_rt_config *cfg, const char *val, char *err, siz
 	errno = 0;
 	p = strtod(val, &end);
 	if (errno || end == val || *end || !(p >= 0.0 && p <= 1.0)) {
-		snprintf(err, errlen, "--rx-drop: '%s' is not a fraction in 0..1", val);
+		snprintf(err, errlen, "--%s: '%s' is not a fraction in 0..1", opt, val);
 		return -1;
 	}
-	cfg->rx_drop = p;
+	*out = p;
 	return 1;
 }
 
@@ -418,7 +422,9 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 	if (!strcmp(opt, "stats"))
 		return opt_stats(cfg, val, err, errlen);
 	if (!strcmp(opt, "rx-drop"))
-		return opt_rx_drop(cfg, val, err, errlen);
+		return opt_fraction(&cfg->rx_drop, opt, val, err, errlen);
+	if (!strcmp(opt, "rx-reorder"))
+		return opt_fraction(&cfg->rx_reorder, opt, val, err, errlen);
 	return 0;
 }
 
@@ -570,6 +576,8 @@ static int step_config(struct rt_start *s)
 				FP_RT_MAX_BATCH), -EINVAL;
 	if (!(c->rx_drop >= 0.0 && c->rx_drop <= 1.0))
 		return snprintf(s->err, sizeof(s->err), "use --rx-drop 0..1"), -EINVAL;
+	if (!(c->rx_reorder >= 0.0 && c->rx_reorder <= 1.0))
+		return snprintf(s->err, sizeof(s->err), "use --rx-reorder 0..1"), -EINVAL;
 	if (c->transport == FP_TRANSPORT_XDP) {
 		if (!c->ifname)
 			return snprintf(s->err, sizeof(s->err), "the xdp transport needs an "

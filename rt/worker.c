@@ -49,8 +49,9 @@ struct rt_wk {
 	struct rt_run *run;
 	struct rt_steer *steer;           /* flow groups in software; NULL: none */
 	unsigned batch;
-	double rx_drop;
-	uint64_t rng;                     /* splitmix64 state for rx_drop */
+	double rx_drop, rx_reorder;
+	uint64_t rng;                     /* splitmix64 state for rx_drop and rx_reorder */
+	struct fp_mbuf *held;             /* --rx-reorder: the frame held back, or NULL */
 	uint64_t publish_us;              /* next publication of counters */
 	uint64_t idle_since_us;           /* first idle round of this idle spell */
 	uint64_t slept_cycles;            /* TSC cycles asleep in poll(), all told (gaps) */
@@ -208,6 +209,34 @@ static fp_cold unsigned rt_rx_drop(struct rt_wk *w, unsigned n)
 	return kept;
 }
 
+/* --rx-reorder: hold a seeded-random frame of the burst back and deliver the one held
+ * before after this burst's frames, so the stack sees it out of order (a NIC or a path
+ * that reorders). At most one is held; with no room for it the burst's last frame waits
+ * instead. A held frame waits for the next burst that brings anything. */
+static fp_cold unsigned rt_rx_reorder(struct rt_wk *w, unsigned n)
+{
+	struct fp_mbuf *prev = w->held;
+	unsigned kept = 0;
+
+	w->held = NULL;
+	for (unsigned i = 0; i < n; i++) {
+		if (!w->held && (double)(rt_rand(&w->rng) >> 11) * 0x1p-53 < w->rx_reorder) {
+			w->held = w->rx[i];
+			w->ctx.stats->rx_reordered++;
+			continue;
+		}
+		w->rx[kept++] = w->rx[i];
+	}
+	if (prev) {
+		if (kept == w->batch) {
+			w->held = w->rx[--kept];
+			w->ctx.stats->rx_reordered++;
+		}
+		w->rx[kept++] = prev;
+	}
+	return kept;
+}
+
 /* Steps 1-2. Returns the frames handed to the stack (the batch of this pass). */
 static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 {
@@ -225,6 +254,8 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 		s->rxq_hist[fp_rt_log2_bucket(w->last_q)]++;
 		if (fp_unlikely(w->rx_drop > 0.0))
 			n = rt_rx_drop(w, n);
+		if (fp_unlikely(w->rx_reorder > 0.0))
+			n = rt_rx_reorder(w, n);
 		if (w->steer)
 			n = rt_steer_rx(w->steer, w->ctx.worker, &w->q->cache, w->rx, n, s);
 		if (n)
@@ -539,6 +570,7 @@ static struct rt_wk *rt_wk_new(struct rt_run *run, unsigned worker, struct fp_de
 	w->q = q;
 	w->batch = cfg->batch;
 	w->rx_drop = cfg->rx_drop;
+	w->rx_reorder = cfg->rx_reorder;
 	/* Each worker its own stream; seed 0 means "from the clock". */
 	w->rng = (cfg->seed ? cfg->seed : rt_now_us()) + worker * 0x9e3779b97f4a7c15ull;
 	return w;
@@ -617,6 +649,8 @@ static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q
 	/* The held frames go back through the queue's cache; the stack first, then the
 	 * frames it handed to the device (their last references are the device's). */
 	fp_stack_destroy(w->st);
+	if (w->held)
+		fp_mbuf_free(&q->cache, w->held);
 	for (unsigned i = 0; i < w->n_tx; i++)
 		fp_mbuf_free(&q->cache, w->tx[i]);
 	q->ops->reclaim(q);

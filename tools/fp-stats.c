@@ -386,6 +386,9 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 		       (unsigned long long)w->gap_ns);
 		json_array("gap_ns_hist", w->gap_ns_hist, FP_RT_LOG2_BUCKETS);
 	}
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, rx_reordered) +
+				 sizeof(w->rx_reordered))
+		printf(",\"rx_reordered\":%llu", (unsigned long long)w->rx_reordered);
 	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, sched_remote_calls) +
 				 sizeof(w->sched_remote_calls))
 		printf(",\"sched_local\":%llu,\"sched_stolen\":%llu,\"sched_remote_calls\":%llu",

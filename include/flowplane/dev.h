@@ -138,6 +138,11 @@ bool fp_dpdk_available(void);
 /* Initialise the EAL (once per process), configure and start the first port. NULL with
  * one line in @err. */
 struct fp_dpdk *fp_dpdk_open(const struct fp_dpdk_config *cfg, char *err, size_t errlen);
+/* The next port of the EAL that fp_dpdk_open started (a second --vdev in its args), with
+ * @cfg's queues and sizes: two ends of a link in one process (bench/dev_cost.c). Close it
+ * before the first. NULL with @err. */
+struct fp_dpdk *fp_dpdk_open_next(const struct fp_dpdk *prev, const struct fp_dpdk_config *cfg,
+				  char *err, size_t errlen);
 /* Queue @q's device queue, for the calling (worker) thread. */
 struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned q, char *err, size_t errlen);
 /* The port's driver name ("net_memif"), for the startup line. */

@@ -92,7 +92,9 @@ struct fp_rt_config {
 	uint32_t spin_us;                /* FP_IDLE_SLEEP: spin this long before sleeping */
 	double rx_drop;                  /* fault injection: drop this fraction of received
 					  * frames before the stack (counted) */
-	uint64_t seed;                   /* for rx_drop; 0 = from the clock */
+	double rx_reorder;               /* fault injection: hold this fraction of received
+					  * frames back until after the next burst's (counted) */
+	uint64_t seed;                   /* for rx_drop, rx_reorder; 0 = from the clock */
 	struct fp_xdp_config xdp;        /* ifname/ipv4 are copied from above */
 	struct fp_dpdk_config dpdk;      /* --dpdk: EAL arguments; n_queues = n_workers */
 	struct fp_stack_config stack;    /* tunables (rcv_buf, max_conns, ...); addresses,

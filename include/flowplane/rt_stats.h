@@ -165,6 +165,9 @@ struct fp_rt_worker_stats {
 	 * 1 while it is. Time not asleep is polling or working: a polling core is busy. */
 	uint64_t slept_ns, parked_ns;
 	uint64_t parked, parks;
+
+	/* --rx-reorder: frames held back and delivered after the next burst's (not dropped) */
+	uint64_t rx_reordered;
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

@@ -28,7 +28,7 @@
  *     the buffer, nothing written past it, and the config unchanged;
  *   - on 1 only the fields of that option changed, and the whole config is still one
  *     that fp_rt_run's config step accepts field by field: batch in 1..FP_RT_MAX_BATCH,
- *     n_workers in 1..FP_RT_MAX_WORKERS, rx_drop in [0, 1], cores listed in range, the
+ *     n_workers in 1..FP_RT_MAX_WORKERS, rx_drop and rx_reorder in [0, 1], cores listed in range, the
  *     prefix 1..32, enums in range, --if and --stats names valid and pointing at argv.
  *
  * One thing the parser does that rt.h leaves open is tolerated, and named here so a
@@ -111,6 +111,8 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 		F(xdp.frames);
 	else if (!strcmp(opt, "rx-drop"))
 		F(rx_drop);
+	else if (!strcmp(opt, "rx-reorder"))
+		F(rx_reorder);
 	else if (!strcmp(opt, "seed"))
 		F(seed);
 	else if (!strcmp(opt, "rcv-buf"))
@@ -173,6 +175,7 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 	CHECK(c->batch >= 1 && c->batch <= FP_RT_MAX_BATCH);
 	CHECK(c->n_workers >= 1 && c->n_workers <= FP_RT_MAX_WORKERS);
 	CHECK(c->rx_drop >= 0.0 && c->rx_drop <= 1.0);   /* also false for NaN */
+	CHECK(c->rx_reorder >= 0.0 && c->rx_reorder <= 1.0);
 	CHECK(c->prefix_len >= 1 && c->prefix_len <= 32);
 	CHECK(c->queue_base <= 4095);
 	CHECK(c->spin_us <= 10000000);
@@ -237,6 +240,8 @@ static void check_taken(const struct fp_rt_config *c, const char *opt, const cha
 		CHECK(c->batch == strtoull(val, NULL, 0));
 	} else if (!strcmp(opt, "workers")) {
 		CHECK(c->workers_set && c->n_workers == strtoull(val, NULL, 0));
+	} else if (!strcmp(opt, "rx-reorder")) {
+		CHECK(c->rx_reorder == strtod(val, NULL));
 	} else if (!strcmp(opt, "rx-drop")) {
 		CHECK(c->rx_drop == strtod(val, NULL));
 	}

@@ -50,6 +50,7 @@ struct end {
 
 struct tally {
 	uint64_t sent, received, tx_cycles, rx_cycles, empty_polls, empty_cycles, tx_refused;
+	uint64_t tx_dropped;   /* by the sending device after it took them */
 };
 
 static void die(const char *what, const char *err)
@@ -136,6 +137,9 @@ static void run(struct end *a, struct end *b, uint64_t frames, unsigned burst, s
 	for (int idle = 0; idle < 1000; idle++)
 		if (drain(b, in, t))
 			idle = 0;
+	struct fp_dev_stats ds = { 0 };
+	a->q->ops->stats(a->q, &ds);
+	t->tx_dropped = ds.tx_dropped;   /* cumulative over the device's life */
 }
 
 static void open_end(struct end *e, const char *how, const char *ifname, uint32_t ip,
@@ -262,16 +266,18 @@ int main(int argc, char **argv)
 		printf("{\"backend\": \"%s\", \"frames\": %llu, \"burst\": %u, \"size\": %zu, "
 		       "\"sent\": %llu, \"received\": %llu, \"tx_refused\": %llu, "
 		       "\"tx_ns_per_frame\": %.1f, \"rx_ns_per_frame\": %.1f, "
-		       "\"empty_polls\": %llu, \"empty_poll_ns\": %.1f}\n",
+		       "\"empty_polls\": %llu, \"empty_poll_ns\": %.1f, "
+		       "\"tx_dropped_by_device\": %llu}\n",
 		       kind, (unsigned long long)frames, burst, size, (unsigned long long)t.sent,
 		       (unsigned long long)t.received, (unsigned long long)t.tx_refused, tx, rx,
-		       (unsigned long long)t.empty_polls, poll);
+		       (unsigned long long)t.empty_polls, poll, (unsigned long long)t.tx_dropped);
 	else
 		printf("%s: %llu frames of %zu bytes in bursts of %u: send %.1f ns/frame, receive "
-		       "%.1f ns/frame (%llu received, %llu refused by tx; %llu empty polls, %.1f ns "
-		       "each)\n", kind, (unsigned long long)t.sent, size, burst, tx, rx,
+		       "%.1f ns/frame (%llu received, %llu refused by tx, %llu dropped by the "
+		       "sending device since it opened; %llu empty polls, %.1f ns each)\n", kind,
+		       (unsigned long long)t.sent, size, burst, tx, rx,
 		       (unsigned long long)t.received, (unsigned long long)t.tx_refused,
-		       (unsigned long long)t.empty_polls, poll);
+		       (unsigned long long)t.tx_dropped, (unsigned long long)t.empty_polls, poll);
 	close_end(&b);
 	close_end(&a);
 	if (!strcmp(kind, "pair")) {

@@ -185,8 +185,10 @@ static void dpdk_stats(struct fp_devq *dq, struct fp_dev_stats *out)
 
 	*out = q->st;
 	out->invalid_descs += q->tx_bad;
-	if (!rte_eth_stats_get(q->d->port, &es))
+	if (!rte_eth_stats_get(q->d->port, &es)) {
 		out->rx_dropped += es.imissed + es.rx_nombuf;
+		out->tx_dropped += es.oerrors;
+	}
 }
 
 static void dpdk_queue_close(struct fp_devq *dq)

@@ -34,6 +34,8 @@ struct fp_dev_stats {
 				       * XDP_STATISTICS rx_dropped + rx_ring_full) */
 	uint64_t rx_fill_empty;       /* polls that found no receive buffer posted */
 	uint64_t tx_full;             /* frames tx_burst refused (ring full) */
+	uint64_t tx_dropped;          /* frames the device took and then dropped (DPDK: the
+				       * PMD's oerrors) */
 	uint64_t tx_wakeups;          /* sendto() kicks (need_wakeup) */
 	uint64_t rx_wakeups;          /* recvfrom()/poll kicks for the fill ring */
 	uint64_t invalid_descs;       /* rx + tx invalid descriptors the kernel reported */

@@ -3,12 +3,14 @@
 DPDK's memif (shared memory, no kernel), over AF_XDP on a veth pair (flowplane's own
 backend), and over DPDK's af_packet and af_xdp PMDs on the same veth pair (issue 21).
 
-Per backend and round: messages/s (16 connections, 64-byte messages, closed loop) and the
-round-trip p50/p99 from fp-echo client's own histogram, plus both processes' CPU. Backends
-are interleaved (memif, xdp, dpdk-af_packet, dpdk-af_xdp, then again); medians with
-min-max. Root (namespaces); server on CPU 0, client on CPU 1.
+Per backend, connection count and round: messages/s (64-byte messages, closed loop, one in
+flight per connection) and the round-trip p50/p99 from fp-echo client's own histogram,
+plus the server's CPU. One connection gives the unloaded round trip, many the server
+core's saturation. Backends are interleaved (memif, xdp, dpdk-af_packet, then again);
+medians with min-max. Root (namespaces); server on CPU 0, client on CPU 1.
 
-    sudo .venv/bin/python bench/backend_echo.py [--rounds 3] [--duration 3] [--out DIR]
+    sudo .venv/bin/python bench/backend_echo.py [--rounds 3] [--duration 3] [--conns 16]
+                                                [--out DIR]
 
 Writes DIR/backend_echo.json and DIR/backend_echo.md (default results/backend_echo/).
 """
@@ -55,13 +57,13 @@ def cpu_s(pid):
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one(kind, topo, exe, duration, tmp):
+def one(kind, topo, exe, duration, tmp, conns=16):
     sock = os.path.join(tmp, f"{kind}.sock")
     sargs, cargs, addr, in_ns = server_client_args(kind, topo, sock)
     srv_cmd = [exe, "server", "--cores", "0", "--idle", "poll", "--stats", "none", *sargs]
     out = os.path.join(tmp, "r.json")
     cli_cmd = [exe, "client", "--server", addr, "--cores", "1", "--idle", "poll", "--stats",
-               "none", "--conns", "16", "--size", "64", "--rounds", "0", "--duration",
+               "none", "--conns", str(conns), "--size", "64", "--rounds", "0", "--duration",
                str(duration), "--warmup", "1", "--json", out, *cargs]
     srv = start(topo, topo.srv_ns if in_ns else None, srv_cmd)
     try:
@@ -77,7 +79,7 @@ def one(kind, topo, exe, duration, tmp):
         r = json.load(open(out))
     finally:
         stop_process(srv)
-    return {"backend": kind, "msgs_per_s": r["msgs_per_s"],
+    return {"backend": kind, "conns": conns, "msgs_per_s": r["msgs_per_s"],
             "rtt_p50_us": r["rtt_us"]["p50"], "rtt_p99_us": r["rtt_us"]["p99"],
             "errors": r["errors"], "server_cpu": (c1 - c0) / (duration + 1)}
 
@@ -86,6 +88,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--conns", default="16", help="connection counts, a comma list "
+                    "(default 16; e.g. 1,16,128: the unloaded round trip to saturation)")
     ap.add_argument("--backends", default=",".join(DEFAULT),
                     help=f"comma list of {', '.join(BACKENDS)} (default {','.join(DEFAULT)})")
     ap.add_argument("--build", default=str(ROOT / "build" / "release"),
@@ -100,6 +104,12 @@ def main():
     if any(k not in BACKENDS for k in kinds):
         sys.exit(f"backend_echo: backends are {', '.join(BACKENDS)}")
     builds = parse_builds(a.build)
+    try:
+        conns = [int(x) for x in a.conns.split(",") if x]
+    except ValueError:
+        ap.error("--conns takes a comma list of numbers")
+    if not conns or min(conns) < 1:
+        ap.error("--conns takes positive numbers")
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -108,22 +118,25 @@ def main():
             for label, bdir in builds:
                 exe = str(pathlib.Path(bdir) / "apps" / "echo" / "fp-echo")
                 for kind in kinds:
-                    print(f"backend_echo: round {rnd + 1}/{a.rounds}: {kind}"
-                          + (f" ({label})" if label else ""), file=sys.stderr, flush=True)
-                    r = one(kind, topo, exe, a.duration, tmp)
-                    r["round"], r["build"] = rnd + 1, label
-                    runs.append(r)
+                    for nc in conns:
+                        print(f"backend_echo: round {rnd + 1}/{a.rounds}: {kind}, {nc} "
+                              f"connection(s)" + (f" ({label})" if label else ""),
+                              file=sys.stderr, flush=True)
+                        r = one(kind, topo, exe, a.duration, tmp, nc)
+                        r["round"], r["build"] = rnd + 1, label
+                        runs.append(r)
     cmd = "sudo .venv/bin/python bench/backend_echo.py " + " ".join(sys.argv[1:])
     (out / "backend_echo.json").write_text(json.dumps({"command": cmd.strip(), "runs": runs},
                                                       indent=1))
     lines = [f"backend_echo, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
-             f"`{cmd.strip()}`; fp-echo, 16 connections, 64 B, one core each, both polling; "
-             "median (min-max)", "",
-             "| backend | messages/s | RTT p50 µs | RTT p99 µs | server CPU | errors |",
-             "|---|---|---|---|---|---|"]
-    for kind, (label, _) in [(k, b) for k in kinds for b in builds]:
-        rs = [r for r in runs if r["backend"] == kind and r["build"] == label]
-        lines.append(f"| {kind}{f' ({label})' if label else ''} | {med([r['msgs_per_s'] for r in rs], '{:,.0f}')} | "
+             f"`{cmd.strip()}`; fp-echo, 64 B, one in flight per connection, one core each, both "
+             "polling; median (min-max)", "",
+             "| backend | connections | messages/s | RTT p50 µs | RTT p99 µs | server CPU | "
+             "errors |", "|---|---|---|---|---|---|---|"]
+    for kind, nc, (label, _) in [(k, n, b) for k in kinds for n in conns for b in builds]:
+        rs = [r for r in runs if r["backend"] == kind and r["build"] == label
+              and r.get("conns", 16) == nc]
+        lines.append(f"| {kind}{f' ({label})' if label else ''} | {nc} | {med([r['msgs_per_s'] for r in rs], '{:,.0f}')} | "
                      f"{med([r['rtt_p50_us'] for r in rs], '{:.1f}')} | "
                      f"{med([r['rtt_p99_us'] for r in rs], '{:.1f}')} | "
                      f"{med([100 * r['server_cpu'] for r in rs], '{:.0f}%')} | "
@@ -131,10 +144,13 @@ def main():
     if len(builds) > 1:
         first, last = builds[0][0], builds[-1][0]
         lines += ["", f"{last} against {first}, per round, median (min-max):", "",
-                  "| backend | messages/s | RTT p50 |", "|---|---|---|"]
+                  "| backend | connections | messages/s | RTT p50 |", "|---|---|---|---|"]
         for kind in kinds:
-            lines.append(f"| {kind} | {ratio_cell(runs, 'msgs_per_s', last, first, 'backend', kind)}"
-                         f" | {ratio_cell(runs, 'rtt_p50_us', last, first, 'backend', kind)} |")
+            for nc in conns:
+                rs = [r for r in runs if r.get("conns", 16) == nc]
+                lines.append(f"| {kind} | {nc} | "
+                             f"{ratio_cell(rs, 'msgs_per_s', last, first, 'backend', kind)} | "
+                             f"{ratio_cell(rs, 'rtt_p50_us', last, first, 'backend', kind)} |")
     md = "\n".join(lines) + "\n"
     (out / "backend_echo.md").write_text(md)
     print(md)

@@ -440,8 +440,12 @@ static int evl_write(struct fp_evl_conn *c, const struct iovec *iov, unsigned ni
 		return 0;
 	/* Past the worker's share of the output budget, a connection whose output is not
 	 * draining gets no more (it stops reading, as memcached's does); one whose output is
-	 * empty may still have one answer, so a client that reads is always served. */
-	if (!ref && evl->out_budget && c->pending && evl->out_total + len > evl->out_budget) {
+	 * empty may still have one write, so a client that reads is always served. A vector
+	 * is judged as its pieces written one after the other would be: only a first piece
+	 * to an empty output is exempt, so the whole must fit unless it is that piece. */
+	bool exempt = !c->pending && (niov == 0 || len == iov[0].iov_len);
+
+	if (!ref && evl->out_budget && !exempt && evl->out_total + len > evl->out_budget) {
 		c->out_full = true;
 		evl->out_refused++;
 		return -ENOBUFS;

@@ -36,12 +36,13 @@ void fp_rt_config_init(struct fp_rt_config *cfg)
 	cfg->batch = FP_RT_DEFAULT_BATCH;
 	cfg->idle = FP_IDLE_SLEEP;
 	cfg->spin_us = FP_RT_DEFAULT_SPIN_US;
+	cfg->nap_us = FP_RT_DEFAULT_NAP_US;
 	cfg->xdp.mode = FP_XDP_AUTO;
 }
 
 const char fp_rt_options_help[] =
 	"  --net kernel|xdp|dpdk transport: Linux sockets (default), AF_XDP (root) or a DPDK\n"
-	"                        port (--dpdk; frames copied, the worker polls)\n"
+	"                        port (--dpdk; frames copied; idle workers nap, --nap-us)\n"
 	"  --dpdk 'EAL ARGS'     dpdk: the device and other EAL arguments, e.g.\n"
 	"                        --vdev=net_memif0,role=server,socket=/run/fp.sock (implies\n"
 	"                        --net dpdk; huge pages are used when free)\n"
@@ -71,6 +72,9 @@ const char fp_rt_options_help[] =
 	"                        spin --native)\n"
 	"  --spin-us US          sleep: spin this long before sleeping; adaptive: spin at\n"
 	"                        most this long (default 200)\n"
+	"  --nap-us US           dpdk (no receive interrupt): an idle worker sleeps in naps\n"
+	"                        of at most this long, polling between; a frame may wait\n"
+	"                        that long after an idle spell (default 100; 0: poll)\n"
 	"  --xdp-mode MODE       auto, native or skb (default auto)\n"
 	"  --xdp-copy yes|no     xdp: force copy mode\n"
 	"  --xdp-zerocopy yes|no xdp: require zero-copy mode (fail without it)\n"
@@ -90,7 +94,7 @@ const char fp_rt_options_help[] =
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "batch", "idle",
-	"sched", "spin-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
+	"sched", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
 };
 
@@ -324,6 +328,7 @@ static int opt_number(struct fp_rt_config *cfg, const char *opt, const char *val
 	NUM("queue-base", 0, 4095, false, cfg->queue_base = (unsigned)v)
 	NUM("batch", 1, FP_RT_MAX_BATCH, false, cfg->batch = (unsigned)v)
 	NUM("spin-us", 0, 10000000, false, cfg->spin_us = (uint32_t)v)
+	NUM("nap-us", 0, 1000000, false, cfg->nap_us = (uint32_t)v)
 	NUM("umem-frames", 64, 1u << 20, true, cfg->xdp.frames = (uint32_t)v)
 	NUM("seed", 0, UINT64_MAX, false, cfg->seed = v)
 	NUM("rcv-buf", 4096, 1u << 30, true, cfg->stack.rcv_buf = (uint32_t)v)
@@ -980,8 +985,8 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 	else if (c->transport == FP_TRANSPORT_PAIR)
 		snprintf(out, len, "pair from %s/%u", ip, c->prefix_len);
 	else if (c->transport == FP_TRANSPORT_DPDK)
-		snprintf(out, len, "dpdk (%s, frames copied) %s/%u, a queue pair per worker, "
-			 "polling", fp_dpdk_driver(s->dpdk), ip, c->prefix_len);
+		snprintf(out, len, "dpdk (%s, frames copied) %s/%u, a queue pair per worker",
+			 fp_dpdk_driver(s->dpdk), ip, c->prefix_len);
 	else
 		snprintf(out, len, "xdp on %s %s/%u (mode %s: %u/%u queues zero-copy, %u/%u "
 			 "native%s)", c->ifname, ip, c->prefix_len, modes[c->xdp.mode],
@@ -993,7 +998,7 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 static void rt_summary(struct rt_start *s)
 {
 	const struct fp_rt_config *c = &s->cfg;
-	char net[256], cores[200], stats[96], idle[48];
+	char net[256], cores[200], stats[96], idle[80];
 
 	summary_net(s, net, sizeof(net));
 	cores_str(c, cores, sizeof(cores));
@@ -1005,8 +1010,13 @@ static void rt_summary(struct rt_start *s)
 		snprintf(stats, sizeof(stats), "stats %ld", (long)getpid());
 	if (c->sched == FP_SCHED_STEAL)
 		snprintf(idle, sizeof(idle), "sched steal, idle poll");
-	else if (c->transport == FP_TRANSPORT_DPDK)   /* no receive interrupts yet: wait_fd -1 */
-		snprintf(idle, sizeof(idle), "idle poll (dpdk has no sleep yet)");
+	else if (c->transport == FP_TRANSPORT_DPDK && c->idle != FP_IDLE_POLL && !c->nap_us)
+		snprintf(idle, sizeof(idle), "idle poll (--nap-us 0)");
+	else if (c->transport == FP_TRANSPORT_DPDK && c->idle != FP_IDLE_POLL)
+		/* no receive interrupt: wait_fd is -1, so a sleep is a nap (worker.c) */
+		snprintf(idle, sizeof(idle), "idle %s %u us, naps <= %u us",
+			 c->idle == FP_IDLE_ADAPTIVE ? "adaptive, spin <=" : "sleep after",
+			 c->spin_us, c->nap_us);
 	else if (c->idle == FP_IDLE_POLL)
 		snprintf(idle, sizeof(idle), "idle poll");
 	else if (c->idle == FP_IDLE_ADAPTIVE)

@@ -52,6 +52,7 @@ struct rt_wk {
 	double rx_drop, rx_reorder;
 	uint64_t rng;                     /* splitmix64 state for rx_drop and rx_reorder */
 	struct fp_mbuf *held;             /* --rx-reorder: the frame held back, or NULL */
+	bool naps;                        /* the device cannot wake a sleeper (dpdk) */
 	uint64_t publish_us;              /* next publication of counters */
 	uint64_t idle_since_us;           /* first idle round of this idle spell */
 	uint64_t slept_cycles;            /* TSC cycles asleep in poll(), all told (gaps) */
@@ -359,30 +360,42 @@ static void rt_account(struct rt_wk *w, bool busy, unsigned batch, uint64_t cycl
  * FP_IDLE_SLEEP, after spin_us of idle rounds: sleep in poll() on the device until a
  * frame arrives, the earliest timer (stack or application) is due, or the run stops. The
  * device arms its wake-up in wait_fd(), so rx_ready() is checked after it, not before.
+ * A device with no wake-up (wait_fd -1) gets naps of at most cfg->nap_us instead.
  */
 static void rt_sleep(struct rt_wk *w, uint64_t now)
 {
 	uint64_t next = fp_stack_next_us(w->st), app = rt_ctx_next_us(&w->ctx);
-	int fd, timeout = RT_SLEEP_MAX_MS;
-	uint64_t t0;
+	uint64_t timeout_us = (uint64_t)RT_SLEEP_MAX_MS * 1000, t0;
+	int fd;
 
 	if (app < next)
 		next = app;
 	if (next <= now)
 		return;
-	if (next - now < (uint64_t)RT_SLEEP_MAX_MS * 1000)
-		timeout = (int)((next - now + 999) / 1000);
-	if ((fd = w->q->ops->wait_fd(w->q)) < 0 || w->q->ops->rx_ready(w->q) ||
-	    rt_ctx_stopping(&w->ctx))
+	if (next - now < timeout_us)
+		timeout_us = next - now;
+	if ((fd = w->q->ops->wait_fd(w->q)) < 0) {
+		/* A device that cannot wake us (DPDK: no receive interrupt): a nap, then the
+		 * loop polls it again. What arrives meanwhile waits for the nap's end. */
+		if (!w->run->cfg->nap_us)
+			return;
+		if (timeout_us > w->run->cfg->nap_us)
+			timeout_us = w->run->cfg->nap_us;
+	} else if (w->q->ops->rx_ready(w->q)) {
+		return;
+	}
+	if (rt_ctx_stopping(&w->ctx))
 		return;
 	if (w->steer && !rt_steer_sleep_prepare(w->steer, w->ctx.worker))
 		return;   /* frames handed over to us wait */
-	struct pollfd p[3] = { { .fd = fd, .events = POLLIN },
+	struct pollfd p[3] = { { .fd = fd, .events = POLLIN },   /* poll() skips an fd of -1 */
 			       { .fd = w->run->wake_fd, .events = POLLIN },
 			       { .fd = w->steer ? rt_steer_wake_fd(w->steer, w->ctx.worker) : -1,
 				 .events = POLLIN } };
+	struct timespec ts = { .tv_sec = (time_t)(timeout_us / 1000000),
+			       .tv_nsec = (long)(timeout_us % 1000000) * 1000 };
 	t0 = fp_rdtsc();
-	poll(p, 3, timeout);   /* poll() skips an fd of -1 */
+	ppoll(p, 3, &ts, NULL);
 	t0 = fp_rdtsc() - t0;
 	if (w->steer)
 		rt_steer_sleep_done(w->steer, w->ctx.worker);
@@ -456,7 +469,13 @@ static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 		rt_steer_moves(w->steer, ctx->worker, ctx, w->st, ctx->stats);
 	sent = rt_tx(w);
 	freed = w->q->ops->reclaim(w->q);
-	return got || rounds || fired || sent || freed || w->n_tx || ctx->n_rets;
+	/* Frames the device refused keep the loop busy, retrying, where a sleep could not
+	 * hear the device make room (AF_XDP's fill of its tx ring wakes nobody). A device that
+	 * naps (DPDK) retries after each nap instead: a memif with no peer yet refuses the
+	 * ARP announcement for good, and its worker would poll for nothing until one came. */
+	bool tx_waits = w->n_tx && (sent || !w->naps);
+
+	return got || rounds || fired || sent || freed || tx_waits || ctx->n_rets;
 }
 
 static void rt_loop(struct rt_wk *w)
@@ -571,6 +590,7 @@ static struct rt_wk *rt_wk_new(struct rt_run *run, unsigned worker, struct fp_de
 	w->batch = cfg->batch;
 	w->rx_drop = cfg->rx_drop;
 	w->rx_reorder = cfg->rx_reorder;
+	w->naps = cfg->transport == FP_TRANSPORT_DPDK;
 	/* Each worker its own stream; seed 0 means "from the clock". */
 	w->rng = (cfg->seed ? cfg->seed : rt_now_us()) + worker * 0x9e3779b97f4a7c15ull;
 	return w;

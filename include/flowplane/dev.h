@@ -123,7 +123,7 @@ int fp_pair_create(uint32_t frames, uint32_t frame_size, struct fp_devq *ends[2]
  * net_af_packet, net_af_xdp, net_tap; the EAL runs with --no-pci, so no bound NIC in
  * this step: its DMA would also need our pool registered). Frames are copied between DPDK's
  * mbufs and the queue's own pool (receive and send), so the stack's buffers stay ours.
- * Poll mode: wait_fd() is -1, so an idle worker spins.
+ * No receive interrupt: wait_fd() is -1, so an idle worker naps (rt's --nap-us).
  */
 struct fp_dpdk_config {
 	const char *args;         /* EAL arguments, space-separated: at least the device

@@ -60,6 +60,7 @@ enum fp_steer { FP_STEER_GROUPS = 0, FP_STEER_QUEUE };
 #define FP_RT_DEFAULT_BATCH 64
 #define FP_RT_MAX_BATCH     1024
 #define FP_RT_DEFAULT_SPIN_US 200
+#define FP_RT_DEFAULT_NAP_US  100   /* dpdk: the longest nap of an idle worker */
 
 struct fp_rt_config {
 	enum fp_transport transport;     /* default: kernel, or xdp when @ifname is set */
@@ -90,6 +91,9 @@ struct fp_rt_config {
 	bool steal_force;                /* tests: a worker never runs its own flows, so
 					  * every batch is stolen */
 	uint32_t spin_us;                /* FP_IDLE_SLEEP: spin this long before sleeping */
+	uint32_t nap_us;                 /* a device that cannot wake a sleeper (dpdk: no
+					  * receive interrupt): sleep in naps of at most this
+					  * long, rechecking the device between; 0: poll */
 	double rx_drop;                  /* fault injection: drop this fraction of received
 					  * frames before the stack (counted) */
 	double rx_reorder;               /* fault injection: hold this fraction of received

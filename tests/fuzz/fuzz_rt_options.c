@@ -101,6 +101,8 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 		F(idle);
 	else if (!strcmp(opt, "spin-us"))
 		F(spin_us);
+	else if (!strcmp(opt, "nap-us"))
+		F(nap_us);
 	else if (!strcmp(opt, "xdp-mode"))
 		F(xdp.mode);
 	else if (!strcmp(opt, "xdp-copy"))
@@ -179,6 +181,7 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 	CHECK(c->prefix_len >= 1 && c->prefix_len <= 32);
 	CHECK(c->queue_base <= 4095);
 	CHECK(c->spin_us <= 10000000);
+	CHECK(c->nap_us <= 1000000);
 	CHECK(c->xdp.frames == 0 || (c->xdp.frames >= 64 && c->xdp.frames <= (1u << 20)));
 	CHECK(c->stack.rcv_buf == 0 || (c->stack.rcv_buf >= 4096 && c->stack.rcv_buf <= (1u << 30)));
 	CHECK(c->stack.rto_min_us == 0 ||

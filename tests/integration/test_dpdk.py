@@ -86,8 +86,44 @@ def test_echo_over_memif(build_dir, sockdir):
     finally:
         rc, err = srv.stop()
     assert rc == 0, err
-    # the startup line says what the worker does when idle: it polls (no interrupts yet)
-    assert "dpdk (net_memif, frames copied)" in err and "idle poll (dpdk has no sleep yet)" in err, err
+    # the startup line says what the worker does when idle: naps (DPDK's memif has no
+    # receive interrupt to sleep on)
+    assert "dpdk (net_memif, frames copied)" in err and "naps <= 100 us" in err, err
+
+
+def test_idle_dpdk_worker_naps(build_dir, sockdir):
+    """With nothing to do, a DPDK worker sleeps in naps (its sleeps count grows) instead of
+    polling its core away, and still answers when traffic comes back; --idle poll and
+    --nap-us 0 keep it polling (no sleeps at all)."""
+    if not have_dpdk(build_dir):
+        pytest.skip("no libdpdk-dev")
+    out = os.path.join(sockdir, "r.json")
+    for extra, naps in ((), True), (("--nap-us", "0"), False), (("--idle", "poll"), False):
+        sock = os.path.join(sockdir, f"nap{len(extra)}{naps}.sock")
+        name = f"memif-nap-{os.getpid()}-{len(extra)}-{naps}"
+        srv = MemifServer(build_dir, sock, "--stats", name, *extra)
+        try:
+            r = client(build_dir, sock, "--conns", "2", "--duration", "0.5", "--warmup", "0",
+                       "--json", out)
+            assert r.returncode == 0, r.stderr
+            sleeps = []
+            for _ in range(2):       # idle a while: the count moves only if it naps
+                time.sleep(0.5)
+                st = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", name,
+                                     "--totals"], capture_output=True, text=True, timeout=30)
+                assert st.returncode == 0, st.stderr
+                sleeps.append(json.loads(st.stdout.strip().splitlines()[-1])["workers"][0]
+                              ["sleeps"])
+            if naps:
+                assert sleeps[1] > sleeps[0] > 0, sleeps
+            else:
+                assert sleeps == [0, 0], (extra, sleeps)
+            r = client(build_dir, sock, "--conns", "2", "--duration", "0.5", "--warmup", "0",
+                       "--json", out)
+            assert r.returncode == 0 and json.load(open(out))["errors"] == 0, r.stderr
+        finally:
+            rc, err = srv.stop()
+        assert rc == 0, err
 
 
 def test_echo_over_memif_with_loss_and_reordering(build_dir, sockdir):

@@ -668,6 +668,39 @@ static void test_writev_all_or_nothing(void **state)
 	assert_memory_equal(fl->out, data, sizeof(data));
 }
 
+static int setup_budget(void **state)
+{
+	app_ops.max_total_pending = 10000;   /* one worker: its share is all of it */
+	return setup(state);
+}
+
+static int teardown_budget(void **state)
+{
+	app_ops.max_total_pending = 0;
+	return teardown(state);
+}
+
+/* The output budget judges a vector as its pieces written one after another: an empty
+ * output may take one piece past the budget (a client that reads is served), not a whole
+ * vector of them (kv flushes every staged answer in one vector: 200 clients that never
+ * read once got a flush of several answers each past the budget, 647 MB held). */
+static void test_writev_budget_as_separate_writes(void **state)
+{
+	struct fake *f = *state;
+	static uint8_t data[12000];
+	struct iovec two[2] = { { data, 6000 }, { data, 6000 } };
+	struct iovec one[2] = { { data, 12000 }, { data, 0 } };
+
+	(void)accepted(f, 0);
+	assert_int_equal(fp_evl_writev(f->conn, two, 2), -ENOBUFS);
+	assert_int_equal(fp_evl_pending(f->conn), 0);
+	assert_int_equal(fp_evl_writev(f->conn, one, 2), 0);      /* one piece (and an empty) */
+	assert_int_equal(fp_evl_pending(f->conn), 12000);
+	assert_int_equal(fp_evl_write(f->conn, data, 1), -ENOBUFS);
+	assert_int_equal(fp_evl_writev(f->conn, two, 1), -ENOBUFS);
+	assert_int_equal(fp_evl_pending(f->conn), 12000);
+}
+
 /* The peer's EOF: closed(0) once, what it writes still goes out, then CLOSE, then freed. */
 static void test_eof_drains_then_closes(void **state)
 {
@@ -1258,6 +1291,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_split_request_contiguous, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_partial_sendv_preserves_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_writev_all_or_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_writev_budget_as_separate_writes, setup_budget,
+						teardown_budget),
 		cmocka_unit_test_setup_teardown(test_enobufs_over_max_pending, setup, teardown),
 
 		cmocka_unit_test_setup_teardown(test_write_ref_mixed_with_copies, setup, teardown),

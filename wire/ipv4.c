@@ -23,7 +23,8 @@ int fp_ipv4_parse(const uint8_t *buf, size_t len, bool verify_csum, struct fp_ip
 	if (hdr_len < FP_IPV4_HDR_LEN || hdr_len > total_len || total_len > len)
 		return -EINVAL;
 	/* RFC 1122 §3.2.1.2: a datagram whose header checksum fails is silently discarded. */
-	if (verify_csum && fp_csum(buf, hdr_len) != 0)
+	if (verify_csum &&
+	    (hdr_len == FP_IPV4_HDR_LEN ? fp_csum20(buf) : fp_csum(buf, hdr_len)) != 0)
 		return -EBADMSG;
 
 	memset(out, 0, sizeof(*out));
@@ -54,7 +55,7 @@ size_t fp_ipv4_emit(uint8_t *buf, size_t cap, const struct fp_ipv4 *ip, size_t p
 	buf[11] = 0;
 	fp_put_be32(buf + 12, ip->src);
 	fp_put_be32(buf + 16, ip->dst);
-	uint16_t c = fp_csum(buf, FP_IPV4_HDR_LEN);
+	uint16_t c = fp_csum20(buf);
 	memcpy(buf + 10, &c, 2);
 	return FP_IPV4_HDR_LEN;
 }

@@ -209,6 +209,12 @@ void kv_out_str(struct kv_conn *c, const char *s)
 	kv_out_iov(c, iov, 2);
 }
 
+void kv_out_bytes(struct kv_conn *c, const void *p, size_t n)
+{
+	if (!c->noreply)
+		stage_copy(c, p, n);
+}
+
 void kv_out_err(struct kv_conn *c, const char *s)
 {
 	c->noreply = false;
@@ -472,7 +478,7 @@ static enum get_res get_keys(struct kv_conn *c, const char *line, size_t len, si
 	}
 	c->get_resume = 0;
 	if (end)
-		kv_out_str(c, "END");
+		kv_out_line(c, "END");
 	return GET_DONE;
 }
 
@@ -599,7 +605,7 @@ static void value_done(struct kv_conn *c)
 		return;
 	}
 	switch (r) {
-	case KV_STORED: kv_out_str(c, "STORED"); break;
+	case KV_STORED: kv_out_line(c, "STORED"); break;
 	case KV_EXISTS: kv_out_str(c, "EXISTS"); break;
 	case KV_NOT_FOUND: kv_out_str(c, "NOT_FOUND"); break;
 	default: kv_out_str(c, "NOT_STORED"); break;   /* append's copy found no memory */

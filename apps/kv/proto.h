@@ -339,6 +339,9 @@ size_t kv_out_room(const struct kv_conn *c);
 size_t kv_value_reserve(const struct kv_conn *c);
 /* One line with CRLF (memcached's out_string: skipped under noreply). */
 void kv_out_str(struct kv_conn *c, const char *s);
+/* kv_out_str of a string literal, the line and its CRLF in one copy (GET's END). */
+void kv_out_bytes(struct kv_conn *c, const void *p, size_t n);
+#define kv_out_line(c, lit) kv_out_bytes((c), lit "\r\n", sizeof(lit "\r\n") - 1)
 /* As kv_out_str, shown even under noreply (memcached's out_errstring). */
 void kv_out_err(struct kv_conn *c, const char *s);
 /* The value of an allocated item arrives next: enter KV_ST_DATA. */

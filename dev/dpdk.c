@@ -294,6 +294,22 @@ static int eal_argv(const char *args, char *buf, size_t buflen, char **argv, cha
 
 static bool eal_up;   /* the EAL initialises once per process */
 
+/* A port's state with @cfg's sizes, defaults filled in; NULL (ENOMEM). */
+static struct fp_dpdk *dpdk_new(const struct fp_dpdk_config *cfg)
+{
+	struct fp_dpdk *d = calloc(1, sizeof(*d));
+
+	if (!d) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	d->cfg = *cfg;
+	d->cfg.frames = cfg->frames ? cfg->frames : 4096;
+	d->cfg.ring_size = cfg->ring_size ? cfg->ring_size : 1024;
+	d->n_queues = cfg->n_queues ? cfg->n_queues : 1;
+	return d;
+}
+
 /* Configure and start the @index-th port the EAL probed (0 or -1 with @err). */
 static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errlen)
 {
@@ -397,14 +413,8 @@ struct fp_dpdk *fp_dpdk_open(const struct fp_dpdk_config *cfg, char *err, size_t
 		errno = EBUSY;
 		return NULL;
 	}
-	if (!(d = calloc(1, sizeof(*d)))) {
-		errno = ENOMEM;
+	if (!(d = dpdk_new(cfg)))
 		return NULL;
-	}
-	d->cfg = *cfg;
-	d->cfg.frames = cfg->frames ? cfg->frames : 4096;
-	d->cfg.ring_size = cfg->ring_size ? cfg->ring_size : 1024;
-	d->n_queues = cfg->n_queues ? cfg->n_queues : 1;
 	if ((argc = eal_argv(cfg->args, buf, sizeof(buf), argv, err, errlen)) < 0)
 		goto fail;
 	pthread_getaffinity_np(pthread_self(), sizeof(cpus), &cpus);
@@ -440,15 +450,9 @@ struct fp_dpdk *fp_dpdk_open_next(const struct fp_dpdk *prev, const struct fp_dp
 		errno = EINVAL;
 		return NULL;
 	}
-	if (!(d = calloc(1, sizeof(*d)))) {
-		errno = ENOMEM;
+	if (!(d = dpdk_new(cfg)))
 		return NULL;
-	}
-	d->cfg = *cfg;
 	d->cfg.args = prev->cfg.args;
-	d->cfg.frames = cfg->frames ? cfg->frames : 4096;
-	d->cfg.ring_size = cfg->ring_size ? cfg->ring_size : 1024;
-	d->n_queues = cfg->n_queues ? cfg->n_queues : 1;
 	if (port_setup(d, prev->index + 1u, err, errlen)) {
 		free(d);
 		errno = EIO;

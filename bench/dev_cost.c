@@ -209,6 +209,7 @@ int main(int argc, char **argv)
 	struct tally t;
 	int o;
 
+	opterr = 0;   /* our own one-line message below */
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
 		case 'p': kind = "pair"; break;
@@ -219,11 +220,19 @@ int main(int argc, char **argv)
 		case 's': size = parse_u64("--size", optarg, 60, 1514); break;
 		case 'j': json = true; break;
 		case 'h': fputs(usage, stdout); return 0;
-		default: fputs(usage, stderr); return 2;
+		default:
+			fprintf(stderr, "fp-dev-cost: unknown or incomplete option '%s' (--help)\n",
+				argv[optind - 1]);
+			return 2;
 		}
 	}
-	if (!kind || optind < argc) {
-		fputs(usage, stderr);
+	if (optind < argc) {
+		fprintf(stderr, "fp-dev-cost: unexpected argument '%s' (--help)\n", argv[optind]);
+		return 2;
+	}
+	if (!kind) {
+		fprintf(stderr, "fp-dev-cost: choose a backend: --pair, --xdp IF_A,IF_B or --dpdk "
+			"'EAL ARGS' (--help)\n");
 		return 2;
 	}
 	fp_tsc_calibrate(0);

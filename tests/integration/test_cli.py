@@ -89,6 +89,27 @@ def test_fp_stack_bench_runs(build_dir):
     assert r.returncode == 0 and "200 connections each side, 401 control blocks" in r.stdout
 
 
+@pytest.mark.parametrize("args,word", [
+    ([], "choose a backend"),
+    (["--pair", "extra"], "unexpected argument 'extra'"),
+    (["--pair", "--burst", "0"], "--burst"),
+    (["--pair", "--size", "20"], "--size"),
+    (["--pair", "--bogus"], "'--bogus'"),
+    (["--xdp"], "'--xdp'"),
+])
+def test_fp_dev_cost_bad_args(build_dir, args, word):
+    assert_usage_error(run([build_dir / "bench" / "fp-dev-cost", *args]), word)
+
+
+def test_fp_dev_cost_runs_on_the_pair(build_dir):
+    """The per-frame cost tool moves every frame it sends (the in-process pair: no root)."""
+    r = run([build_dir / "bench" / "fp-dev-cost", "--pair", "--frames", "20000", "--json"])
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["sent"] == 20000 and res["received"] == 20000 and res["tx_refused"] == 0, res
+    assert res["tx_ns_per_frame"] > 0 and res["rx_ns_per_frame"] > 0, res
+
+
 def test_fp_micro_offline_cpu(build_dir):
     # A CPU number in range for the kernel but not present on this machine.
     assert_usage_error(run([build_dir / "bench" / "fp-micro", "--cpu", "1000"]), "CPU 1000")

@@ -5,10 +5,13 @@ fp-kv (one worker, CPU 0, --idle poll) and fp-loadgen (memcached's USR workload,
 connections, closed loop with --closed K requests in flight per connection, CPU 1) joined
 by net_memif (shared memory between the two processes: no kernel on the path), or by the
 standard veth pair with both on AF_XDP (flowplane's own backend). Throughput is the
-closed loop's achieved rate, with its p50/p99. Interleaved (memif, xdp, then again) for
---rounds rounds; medians with min-max. Root (namespaces, AF_XDP).
+closed loop's achieved rate, with its p50/p99; or, with --sweep LO:HI:N, an open-loop
+sweep (Poisson arrivals) whose points give the saturation and the p99 at each load.
+Interleaved (memif, xdp, then again) for --rounds rounds; medians with min-max. Root
+(namespaces, AF_XDP).
 
-    sudo .venv/bin/python bench/kv_memif.py [--rounds 3] [--closed 4] [--duration 3] [--out DIR]
+    sudo .venv/bin/python bench/kv_memif.py [--rounds 3] [--closed 4 | --sweep 200k:1.4M:7]
+                                            [--duration 3] [--out DIR]
 
 Writes DIR/kv_memif.json and DIR/kv_memif.md (default results/kv_memif/).
 """
@@ -49,26 +52,32 @@ def one(path, topo, build, a, tmp):
         time.sleep(2)
         if srv.poll() is not None:
             raise SystemExit(f"kv_memif: {path}: fp-kv exited: {srv.stderr.read()[-400:]}")
+        load = ["--sweep", a.sweep] if a.sweep else ["--closed", str(a.closed)]
         cli = start(topo, cns, [lg, "--server", addr, "--workload", "usr", "--conns", "64",
-                                "--closed", str(a.closed), "--duration", str(a.duration),
-                                "--warmup", "1", "--cores", "1", "--stats", "none", "--quiet",
+                                *load, "--duration", str(a.duration),
+                                "--warmup", "1", "--cores", "1", "--idle", "poll", "--stats",
+                                "none", "--quiet",
                                 "--json", out, *cli_rt])
-        _, err = cli.communicate(timeout=a.duration + 120)
+        _, err = cli.communicate(timeout=a.duration * 20 + 120)
         if cli.returncode != 0:
             raise SystemExit(f"kv_memif: {path}: fp-loadgen failed: {err[-400:]}")
         res = json.load(open(out))
     finally:
         stop_process(srv)
-    pt = res["points"][0]
-    return {"path": path, "achieved_rps": pt["achieved_rps"], "p50_us": pt["latency_us"]["p50"],
-            "p99_us": pt["latency_us"]["p99"], "timeouts": pt.get("timeouts", 0),
-            "errors": pt.get("errors", 0)}
+    pts = [{"target_rps": pt.get("target_rps"), "achieved_rps": pt["achieved_rps"],
+            "p50_us": pt["latency_us"]["p50"], "p99_us": pt["latency_us"]["p99"],
+            "timeouts": pt.get("timeouts", 0), "errors": pt.get("errors", 0),
+            "dropped": pt.get("dropped", 0), "valid": pt.get("valid", True),
+            "invalid_reasons": pt.get("invalid_reasons", [])} for pt in res["points"]]
+    return {"path": path, **pts[0], "points": pts}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--closed", type=int, default=4, help="requests in flight per connection")
+    ap.add_argument("--sweep", help="LO:HI:N: an open-loop sweep instead of the closed "
+                    "loop (fp-loadgen's --sweep, e.g. 200k:1.4M:7)")
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--build", default=str(ROOT / "build" / "release"),
                     help="the build directory, or LABEL=DIR,LABEL=DIR: builds interleaved in "
@@ -92,23 +101,34 @@ def main():
                     runs.append(r)
     cmd = "sudo .venv/bin/python bench/kv_memif.py " + " ".join(sys.argv[1:])
     (out / "kv_memif.json").write_text(json.dumps({"command": cmd.strip(), "runs": runs}, indent=1))
-    lines = [f"kv_memif, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
-             f"`{cmd.strip()}`; fp-kv and fp-loadgen (USR, 64 connections x {a.closed} in "
-             "flight, closed loop), one core each; median (min-max)", "",
-             "| path | requests/s | p50 µs | p99 µs | timeouts |", "|---|---|---|---|---|"]
-    for path, (label, _) in [(p, b) for p in PATHS for b in builds]:
-        rs = [r for r in runs if r["path"] == path and r["build"] == label]
-        lines.append(f"| {path}{f' ({label})' if label else ''} | {med([r['achieved_rps'] for r in rs], '{:,.0f}')} | "
-                     f"{med([r['p50_us'] for r in rs], '{:.0f}')} | "
-                     f"{med([r['p99_us'] for r in rs], '{:.0f}')} | "
-                     f"{sum(r['timeouts'] for r in rs)} |")
-    if len(builds) > 1:
-        first, last = builds[0][0], builds[-1][0]
-        lines += ["", f"{last} against {first}, per round, median (min-max):", "",
-                  "| path | requests/s | p50 |", "|---|---|---|"]
-        for path in PATHS:
-            lines.append(f"| {path} | {ratio_cell(runs, 'achieved_rps', last, first, 'path', path)}"
-                         f" | {ratio_cell(runs, 'p50_us', last, first, 'path', path)} |")
+    if a.sweep:
+        lines = [f"kv_memif, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
+                 f"`{cmd.strip()}`; fp-kv and fp-loadgen (USR, 64 connections, open loop, "
+                 "Poisson), one core each; per offered rate, median (min-max) over rounds; "
+                 "invalid: rounds whose point failed fp-loadgen's checks (rate, slip, drops)",
+                 "", "| path | offered | achieved | p50 µs | p99 µs | invalid |",
+                 "|---|---|---|---|---|---|"]
+        for path, (label, _) in [(p, b) for p in PATHS for b in builds]:
+            rs = [r for r in runs if r["path"] == path and r["build"] == label]
+            for i, pt0 in enumerate(rs[0]["points"] if rs else []):
+                ps = [r["points"][i] for r in rs if i < len(r["points"])]
+                lines.append(f"| {path}{f' ({label})' if label else ''} | "
+                             f"{pt0['target_rps'] / 1e3:,.0f}k | "
+                             f"{med([p['achieved_rps'] for p in ps], '{:,.0f}')} | "
+                             f"{med([p['p50_us'] for p in ps], '{:.0f}')} | "
+                             f"{med([p['p99_us'] for p in ps], '{:.0f}')} | "
+                             f"{sum(not p['valid'] for p in ps)} of {len(ps)} |")
+    else:
+        lines = [f"kv_memif, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
+                 f"`{cmd.strip()}`; fp-kv and fp-loadgen (USR, 64 connections x {a.closed} in "
+                 "flight, closed loop), one core each; median (min-max)", "",
+                 "| path | requests/s | p50 µs | p99 µs | timeouts |", "|---|---|---|---|---|"]
+        for path, (label, _) in [(p, b) for p in PATHS for b in builds]:
+            rs = [r for r in runs if r["path"] == path and r["build"] == label]
+            lines.append(f"| {path}{f' ({label})' if label else ''} | {med([r['achieved_rps'] for r in rs], '{:,.0f}')} | "
+                         f"{med([r['p50_us'] for r in rs], '{:.0f}')} | "
+                         f"{med([r['p99_us'] for r in rs], '{:.0f}')} | "
+                         f"{sum(r['timeouts'] for r in rs)} |")
     md = "\n".join(lines) + "\n"
     (out / "kv_memif.md").write_text(md)
     print(md)

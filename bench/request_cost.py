@@ -151,7 +151,7 @@ def one(app, a, build, tmp):
         srv = [str(build / "apps" / "kv" / "fp-kv"), "-m", "256", "-t", "1", "-U", "0", *srv_rt]
         cli = [str(build / "apps" / "loadgen" / "fp-loadgen"), "--server", "10.99.0.1",
                "--workload", "usr", "--conns", str(a.conns), "--closed", "1", "--duration",
-               str(run_s), "--warmup", "0", "--quiet", *cli_rt]
+               str(run_s), "--warmup", "0", "--idle", "poll", "--quiet", *cli_rt]
     out = os.path.join(tmp, f"{app}.cg")
     vg = ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--dump-instr=no",
           f"--callgrind-out-file={out}", *srv]

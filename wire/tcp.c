@@ -73,6 +73,17 @@ static int parse_opt(const uint8_t *p, size_t olen, struct fp_tcp_opts *o)
 static int parse_opts(const uint8_t *buf, size_t len, struct fp_tcp_opts *o)
 {
 	size_t i = 0;
+
+	/* RFC 7323 Appendix A's layout, which Linux and this stack put on every segment of an
+	 * established connection with timestamps: NOP, NOP, TS. Read at once, it is what the
+	 * loop below would make of it (~45 instructions a segment fewer). */
+	if (len == 12 && buf[0] == FP_TCP_OPT_NOP && buf[1] == FP_TCP_OPT_NOP &&
+	    buf[2] == FP_TCP_OPT_TS && buf[3] == OPTLEN_TS) {
+		o->has_ts = 1;
+		o->ts_val = fp_get_be32(buf + 4);
+		o->ts_ecr = fp_get_be32(buf + 8);
+		return 0;
+	}
 	while (i < len) {
 		uint8_t kind = buf[i];
 		if (kind == FP_TCP_OPT_EOL)

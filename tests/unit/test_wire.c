@@ -1027,6 +1027,38 @@ static void tcp_opts_unknown_eol_nop(void **state)
 	assert_int_equal(t.opt.wscale, 15);
 }
 
+/* NOP, NOP, TS (the layout parsed at once) and its near misses, which the general loop
+ * reads: the same answers either way. */
+static void tcp_opts_ts_layout(void **state)
+{
+	(void)state;
+	struct fp_tcp t;
+	uint8_t b[64];
+	static const uint8_t ts[] = { 1, 1, 8, 10, 0, 0, 0, 7, 0x80, 0, 0, 9 };
+	size_t n = tcp_with_opts(b, ts, sizeof(ts));
+	assert_int_equal(tcp_parse_exact(b, n, &t), 0);
+	assert_true(t.opt.has_ts && !t.opt.has_mss && !t.opt.sack_ok && !t.opt.n_sack);
+	assert_int_equal(t.opt.ts_val, 7);
+	assert_int_equal(t.opt.ts_ecr, 0x80000009u);
+	/* a TS length of 9 in the same place: unreadable, as the loop says */
+	static const uint8_t bad[] = { 1, 1, 8, 9, 0, 0, 0, 7, 0x80, 0, 0, 9 };
+	n = tcp_with_opts(b, bad, sizeof(bad));
+	assert_int_equal(tcp_parse_exact(b, n, &t), -EINVAL);
+	/* the layout followed by more options: the loop reads both */
+	static const uint8_t more[] = { 1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9, 2, 4, 0x05, 0xb4 };
+	n = tcp_with_opts(b, more, sizeof(more));
+	assert_int_equal(tcp_parse_exact(b, n, &t), 0);
+	assert_true(t.opt.has_ts && t.opt.has_mss);
+	assert_int_equal(t.opt.ts_val, 7);
+	assert_int_equal(t.opt.mss, 1460);
+	/* TS first and NOPs after: the loop */
+	static const uint8_t swapped[] = { 8, 10, 0, 0, 0, 7, 0, 0, 0, 9, 1, 1 };
+	n = tcp_with_opts(b, swapped, sizeof(swapped));
+	assert_int_equal(tcp_parse_exact(b, n, &t), 0);
+	assert_true(t.opt.has_ts);
+	assert_int_equal(t.opt.ts_ecr, 9);
+}
+
 static void tcp_opts_bad_len(void **state)
 {
 	(void)state;
@@ -1229,6 +1261,7 @@ int main(void)
 		cmocka_unit_test(tcp_truncated_and_doff),
 		cmocka_unit_test(tcp_bad_csum),
 		cmocka_unit_test(tcp_opts_unknown_eol_nop),
+		cmocka_unit_test(tcp_opts_ts_layout),
 		cmocka_unit_test(tcp_opts_bad_len),
 		cmocka_unit_test(tcp_sack),
 		cmocka_unit_test(tcp_emit_opts),

@@ -147,6 +147,9 @@ STEPS = [
      + setx(SET, b"neg", b"v", exp=1) + req(GAT, b"neg", struct.pack(">I", 1))),
     ("binary keys", setx(SET, b"a b\r\n\x00\xff", b"v\r\nEND\r\n") + req(GETK, b"a b\r\n\x00\xff")),
     ("a request a byte at a time", setx(SET, b"split", b"abc") + req(GETK, b"split"), {"split": True}),
+    ("empty values, a command behind each in the same send", setx(SET, b"e", b"")
+     + req(GET, b"e") + setx(SETQ, b"e2", b"") + req(GETK, b"e2") + req(APPEND, b"e", val=b"")
+     + req(NOOP)),
     ("a large value", setx(SET, b"big", bytes(range(256)) * 2000) + req(GET, b"big")),
     ("too large", setx(SET, b"k1", b"x" * (2 << 20)) + req(GET, b"k1") + setx(SETQ, b"a1", b"y" * (2 << 20))
      + req(GET, b"a1")),

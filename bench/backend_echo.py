@@ -136,7 +136,8 @@ def main():
     for kind, nc, (label, _) in [(k, n, b) for k in kinds for n in conns for b in builds]:
         rs = [r for r in runs if r["backend"] == kind and r["build"] == label
               and r.get("conns", 16) == nc]
-        lines.append(f"| {kind}{f' ({label})' if label else ''} | {nc} | {med([r['msgs_per_s'] for r in rs], '{:,.0f}')} | "
+        name = f"{kind} ({label})" if label else kind
+        lines.append(f"| {name} | {nc} | {med([r['msgs_per_s'] for r in rs], '{:,.0f}')} | "
                      f"{med([r['rtt_p50_us'] for r in rs], '{:.1f}')} | "
                      f"{med([r['rtt_p99_us'] for r in rs], '{:.1f}')} | "
                      f"{med([100 * r['server_cpu'] for r in rs], '{:.0f}%')} | "

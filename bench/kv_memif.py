@@ -125,7 +125,8 @@ def main():
                  "| path | requests/s | p50 µs | p99 µs | timeouts |", "|---|---|---|---|---|"]
         for path, (label, _) in [(p, b) for p in PATHS for b in builds]:
             rs = [r for r in runs if r["path"] == path and r["build"] == label]
-            lines.append(f"| {path}{f' ({label})' if label else ''} | {med([r['achieved_rps'] for r in rs], '{:,.0f}')} | "
+            name = f"{path} ({label})" if label else path
+            lines.append(f"| {name} | {med([r['achieved_rps'] for r in rs], '{:,.0f}')} | "
                          f"{med([r['p50_us'] for r in rs], '{:.0f}')} | "
                          f"{med([r['p99_us'] for r in rs], '{:.0f}')} | "
                          f"{sum(r['timeouts'] for r in rs)} |")

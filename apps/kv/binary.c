@@ -228,12 +228,6 @@ static void bin_update(struct kv_conn *c, int op, const uint8_t *ext, const char
 	c->cas_in = c->bin.cas;
 	c->meta_set = false;
 	kv_expect_value(c, n, vlen);
-	/* An empty value is whole already. Left to KV_ST_DATA, it completed on a read that
-	 * consumed nothing, which kv_conn_feed takes for "wait for more input": a command
-	 * behind it in the same read went unanswered until the client sent something else
-	 * (fuzz_kv_proto: the whole and split runs differed). */
-	if (!vlen)
-		kv_bin_value_done(c);
 }
 
 void kv_bin_value_done(struct kv_conn *c)

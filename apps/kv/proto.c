@@ -991,6 +991,8 @@ size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)
 		c->binary = data[0] == KV_BIN_REQ_MAGIC;
 	}
 	while (pos < len && !c->closing && !c->blocked && !c->watching) {
+		enum kv_cstate was = c->st;
+
 		switch (c->st) {
 		case KV_ST_LINE:
 			n = c->binary ? kv_bin_feed(c, data + pos, len - pos) :
@@ -1004,7 +1006,10 @@ size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)
 			kv_swallow(c, c->swallow - n);
 			break;
 		}
-		if (!n && c->st == KV_ST_LINE)
+		/* nothing taken and still reading lines: the rest waits for more input. A
+		 * pass that took nothing but moved on (an empty binary value completing) goes
+		 * on to what follows it in this read. */
+		if (!n && was == KV_ST_LINE && c->st == KV_ST_LINE)
 			break;
 		pos += n;
 		/* answers (and memory reuse) must not depend on where reads fall */

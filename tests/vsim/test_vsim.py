@@ -121,7 +121,71 @@ def test_real_threads_answer_everything(tmp_path):
     assert v["config"]["costs"]["rx_ns"] == pytest.approx(pt["measured_costs"]["rx_ns"], rel=0.01)
 
 
+ALLOC = ["--alloc", "--notify", "ipi"]
+
+
+def test_alloc_answers_everything_in_order():
+    """Burstable workers granted and parked thousands of times: every request answered
+    once, in order within its flow, every stolen flow sent home."""
+    for load in ("0.2", "0.9"):
+        pt = vjson("-n", "8", "-d", "bimodal1", "-l", load, "--flows", "40", "--requests",
+                   30000, "--warmup", "0", *ALLOC, "--homes", "2")["points"][0]
+        assert pt["count"] == 30000 and pt["order_errors"] == 0
+        assert pt["returns"] == pt["steals"] > 0
+        assert pt["grants"] > 100 and pt["parks"] >= pt["grants"] - 6
+
+
+def test_alloc_gives_idle_cores_to_the_batch_job():
+    """The pool's idle share falls as load rises; what the workers hold and what the batch
+    job gets add up to the machine; with no overheads the cores held stay within a core or
+    two of the load's own need (load x n), never below it."""
+    shares = []
+    for load in (0.1, 0.5, 0.9):
+        pt = vjson("-n", "16", "-l", load, "--requests", 60000, *ALLOC)["points"][0]
+        assert pt["mean_cores"] == pytest.approx(16 * (1 - pt["batch_share"]), rel=1e-4)
+        assert 16 * load <= pt["mean_cores"] <= 16 * load + 2.5, pt["mean_cores"]
+        assert pt["congested_passes"] >= pt["grants"] > 0
+        shares.append(pt["batch_share"])
+    assert shares[0] > 0.8 and shares[0] > shares[1] > shares[2] > 0
+
+
+def test_alloc_interval_matters():
+    """Shenango's Figure 8: a slow allocator leaves the work queued behind the homes while
+    cores park after 2 us idle; 5 us keeps the tail near the static allocation's."""
+    common = ["-n", "16", "-l", "0.5", "--requests", 60000, "--notify", "ipi"]
+    static = vjson(*common)["points"][0]["p999_us"]
+    fast = vjson(*common, "--alloc")["points"][0]["p999_us"]
+    slow = vjson(*common, "--alloc", "--alloc-us", "500")["points"][0]["p999_us"]
+    assert fast < 1.5 * static and slow > 5 * fast, (static, fast, slow)
+
+
+def test_shift_windows():
+    """--shift's three phases show in the windows: the offered rate steps up and back, the
+    answered rate follows, and the cores held follow the load."""
+    d = vjson("-n", "16", "--shift", "0.05:0.8:5", "--windows", 1000, *ALLOC)
+    assert d["config"]["shift"] == {"low": 0.05, "high": 0.8, "phase_ms": 5}
+    pt = d["points"][0]
+    assert pt["order_errors"] == 0
+    w = pt["windows"]
+    assert len(w) == 15 and [x["t_ms"] for x in w] == list(range(15))
+    low = [x for x in w if x["t_ms"] < 5 or x["t_ms"] >= 10]
+    high = [x for x in w if 5 <= x["t_ms"] < 10]
+    assert all(x["offered_mrps"] == pytest.approx(0.08) for x in low)
+    assert all(x["offered_mrps"] == pytest.approx(1.28) for x in high)
+    # the windows count every request; the point leaves out the first 5% (--warmup)
+    assert pt["count"] < sum(x["count"] for x in w) <= pt["count"] / 0.95 + 1
+    assert min(x["mean_cores"] for x in high) > 3 * max(x["mean_cores"] for x in low[1:])
+    assert min(x["done_mrps"] for x in high) > 1.0
+
+
 @pytest.mark.parametrize("args,msg", [
+    (["--alloc", "--real", "-n", "1"], "virtual time only"),
+    (["--alloc", "--sched", "part"], "--sched steal"),
+    (["--alloc", "-n", "2", "--homes", "2"], "none burstable"),
+    (["--homes", "2"], "needs --alloc"),
+    (["--shift", "0.1:2:5"], "--shift"),
+    (["--shift", "0.1:0.5:5", "--sweep", "0.1:0.2:0.1"], "one virtual run"),
+    (["--windows", "0"], "--windows"),
     (["-n", "0"], "--workers"),
     (["--sched", "fifo"], "--sched"),
     (["--dist", "pareto"], "--dist"),
@@ -151,7 +215,8 @@ def test_costs_file_names_the_bad_line(tmp_path):
 def test_help_lists_every_option():
     h = run("--help").stdout
     for opt in ("--workers", "--sched", "--victim", "--notify", "--dist", "--load", "--sweep",
-                "--max-load", "--costs", "--real", "--cores", "--calibrate", "--format"):
+                "--max-load", "--costs", "--real", "--cores", "--calibrate", "--format",
+                "--alloc", "--homes", "--alloc-us", "--spin-us", "--shift", "--windows"):
         assert opt in h
     names = run("--list-costs").stdout.split()
-    assert "rx_ns" in names and "steal_ns" in names
+    assert "rx_ns" in names and "steal_ns" in names and "wake_ns" in names

@@ -42,6 +42,20 @@ static const char usage[] =
 	"  --cost NAME=NS         one cost of the model (virtual world); see --list-costs\n"
 	"  --costs FILE           NAME=NS lines (# comments), e.g. from --calibrate\n"
 	"  --list-costs           the cost model's names and meanings\n"
+	"  --alloc                Shenango's core allocator (rt/alloc.c; virtual time, with\n"
+	"                         --sched steal): --homes workers own the flows and always\n"
+	"                         poll; the others are burstable, granted a core when a home's\n"
+	"                         queue holds an item two passes running, parking after\n"
+	"                         --spin-us without work; their cores' idle time is the batch\n"
+	"                         job's (the cores and batch%% columns)\n"
+	"  --homes G              with --alloc: workers that own the flows (default 1)\n"
+	"  --alloc-us I           with --alloc: the allocator's interval (default 5)\n"
+	"  --spin-us P            with --alloc: a burstable worker's look before it parks\n"
+	"                         (default 2)\n"
+	"  --shift LO:HI:MS       load LO for MS ms, then HI, then LO again (Shenango's load\n"
+	"                         shift; replaces --load and --requests); use with --windows\n"
+	"  --windows US           also print per window of US us (by arrival): offered and\n"
+	"                         answered Mreq/s, p50, p99, p99.9 and the cores held\n"
 	"  --real                 real threads: workers on --cores, then the generator\n"
 	"  --cores LIST           real: n+1 cores, e.g. 0-15 (default: 0..n)\n"
 	"  --calibrate FILE       real: write the measured mean cost of each step as a\n"
@@ -146,9 +160,20 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 			r->load, r->offered_mrps, r->achieved_mrps, (double)r->s.p50 / us,
 			(double)r->s.p99 / us, (double)r->s.p999 / us, r->s.mean / us, steal_pct,
 			(unsigned long long)r->irqs, (unsigned long long)r->order_errors);
+		if (c->alloc)
+			fprintf(o->f, " %6.2f %5.1f%%", r->mean_cores, 100.0 * r->batch_share);
 		if (c->real)
 			fprintf(o->f, " %8.1f", (double)r->gen_late_max_ns / us);
 		fputc('\n', o->f);
+		if (r->n_win)
+			fprintf(o->f, "# window t_ms offered_mrps done_mrps    p50us    p99us   p999us  cores\n");
+		for (unsigned i = 0; i < r->n_win; i++) {
+			const struct vs_window *w = &r->win[i];
+
+			fprintf(o->f, "window %8.3f %12.4f %9.4f %8.2f %8.2f %8.2f %6.2f\n", w->t0_ms,
+				w->offered_mrps, w->done_mrps, (double)w->s.p50 / us,
+				(double)w->s.p99 / us, (double)w->s.p999 / us, w->mean_cores);
+		}
 		return;
 	}
 	fprintf(o->f, "%s\n  {\"load\": %.6g, \"offered_mrps\": %.6g, \"achieved_mrps\": %.6g, "
@@ -166,6 +191,28 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 		(unsigned long long)r->kicks, (unsigned long long)r->irqs,
 		(unsigned long long)r->order_errors, (double)r->duration_ns / us,
 		(double)r->s.p99 / us <= c->slo_mult * c->mean_us ? "true" : "false");
+	if (c->alloc)
+		fprintf(o->f, ", \"mean_cores\": %.6g, \"batch_share\": %.6g, \"grants\": %llu, "
+			"\"parks\": %llu, \"passes\": %llu, \"congested_passes\": %llu, "
+			"\"starved_passes\": %llu", r->mean_cores, r->batch_share,
+			(unsigned long long)r->grants, (unsigned long long)r->parks,
+			(unsigned long long)r->passes, (unsigned long long)r->congested,
+			(unsigned long long)r->starved);
+	if (r->n_win) {
+		fprintf(o->f, ", \"windows\": [");
+		for (unsigned i = 0; i < r->n_win; i++) {
+			const struct vs_window *w = &r->win[i];
+
+			fprintf(o->f, "%s\n    {\"t_ms\": %.6g, \"offered_mrps\": %.6g, "
+				"\"done_mrps\": %.6g, \"count\": %llu, \"p50_us\": %.6g, "
+				"\"p99_us\": %.6g, \"p999_us\": %.6g, \"max_us\": %.6g, "
+				"\"mean_cores\": %.6g}", i ? "," : "", w->t0_ms, w->offered_mrps,
+				w->done_mrps, (unsigned long long)w->s.count, (double)w->s.p50 / us,
+				(double)w->s.p99 / us, (double)w->s.p999 / us, (double)w->s.max / us,
+				w->mean_cores);
+		}
+		fputc(']', o->f);
+	}
 	if (c->real) {
 		fprintf(o->f, ", \"generator_late_max_us\": %.6g, \"generator_late_count\": %llu, "
 			"\"measured_costs\": {", (double)r->gen_late_max_ns / us,
@@ -182,14 +229,29 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 static void print_header(struct out *o, const struct vs_config *c, int argc, char **argv)
 {
 	if (!o->json) {
-		fprintf(o->f, "# fp-vsim %s: %u workers, %s%s%s, %s S=%g us, %llu requests, "
-			"%u flows, seed %llu\n", c->real ? "real threads" : "virtual time", c->n,
+		char nreq[32];
+
+		if (c->shift_ms > 0)
+			snprintf(nreq, sizeof(nreq), "requests by --shift");
+		else
+			snprintf(nreq, sizeof(nreq), "%llu requests", (unsigned long long)c->requests);
+		fprintf(o->f, "# fp-vsim %s: %u workers, %s%s%s, %s S=%g us, %s, %u flows, seed "
+			"%llu\n", c->real ? "real threads" : "virtual time", c->n,
 			sched_name(c), c->sched == VS_SCHED_STEAL ?
 			(c->victim == FP_SHUF_VICTIM_OLDEST ? " (oldest)" : " (random)") : "",
-			c->notify == VS_NOTIFY_IPI ? " +ipi" : "", c->dist, c->mean_us,
-			(unsigned long long)c->requests, c->flows, (unsigned long long)c->seed);
+			c->notify == VS_NOTIFY_IPI ? " +ipi" : "", c->dist, c->mean_us, nreq, c->flows,
+			(unsigned long long)c->seed);
+		if (c->alloc)
+			fprintf(o->f, "# alloc: %u homes, %u burstable, a pass every %g us, parking after "
+				"%g us idle, wake %g ns, park %g ns\n", c->homes, c->n - c->homes,
+				c->alloc_us, c->spin_us, c->costs.wake_ns, c->costs.park_ns);
+		if (c->shift_ms > 0)
+			fprintf(o->f, "# shift: load %g for %g ms, %g for %g ms, %g for %g ms\n",
+				c->shift_lo, c->shift_ms, c->shift_hi, c->shift_ms, c->shift_lo,
+				c->shift_ms);
 		fprintf(o->f, "# load  offered  achieved      p50us     p99us    p999us    meanus "
-			"stolen     irqs  order%s\n", c->real ? "  genlate_us" : "");
+			"stolen     irqs  order%s%s\n", c->alloc ? "  cores  batch" : "",
+			c->real ? "  genlate_us" : "");
 		return;
 	}
 	fprintf(o->f, "{\"tool\": \"fp-vsim\", \"version\": 1,\n \"command\": \"");
@@ -210,7 +272,16 @@ static void print_header(struct out *o, const struct vs_config *c, int argc, cha
 	for (unsigned i = 0; i < vs_n_cost_names; i++)
 		fprintf(o->f, "%s\"%s\": %g", i ? ", " : "", vs_cost_names[i].name,
 			*(const double *)(const void *)((const char *)&c->costs + vs_cost_names[i].off));
-	fprintf(o->f, "}},\n \"points\": [");
+	fputc('}', o->f);
+	if (c->alloc)
+		fprintf(o->f, ", \"alloc\": {\"homes\": %u, \"burstable\": %u, \"interval_us\": %g, "
+			"\"spin_us\": %g}", c->homes, c->n - c->homes, c->alloc_us, c->spin_us);
+	if (c->shift_ms > 0)
+		fprintf(o->f, ", \"shift\": {\"low\": %g, \"high\": %g, \"phase_ms\": %g}",
+			c->shift_lo, c->shift_hi, c->shift_ms);
+	if (c->window_us > 0)
+		fprintf(o->f, ", \"window_us\": %g", c->window_us);
+	fprintf(o->f, "},\n \"points\": [");
 }
 
 /* One point at @load; 0, or the run's -errno. */
@@ -258,6 +329,8 @@ static void write_calibration(const char *path, const struct vs_config *c,
 	for (unsigned i = 0; i < vs_n_cost_names; i++) {
 		double v = *(const double *)(const void *)((const char *)&r->measured + vs_cost_names[i].off);
 
+		if (!strcmp(vs_cost_names[i].name, "wake_ns") || !strcmp(vs_cost_names[i].name, "park_ns"))
+			continue;   /* the allocator's: not measured here */
 		if ((strncmp(vs_cost_names[i].name, "ipi", 3) && strcmp(vs_cost_names[i].name, "kick_ns")) ||
 		    c->notify == VS_NOTIFY_IPI)
 			fprintf(f, "%s=%.1f\n", vs_cost_names[i].name, v);
@@ -267,7 +340,7 @@ static void write_calibration(const char *path, const struct vs_config *c,
 
 enum { O_SCHED = 256, O_VICTIM, O_NOTIFY, O_MEAN, O_SWEEP, O_MAXLOAD, O_SLO, O_REQ, O_WARM,
        O_FLOWS, O_BATCH, O_SEED, O_COST, O_COSTS, O_LIST, O_REAL, O_CORES, O_CALIB, O_FORMAT,
-       O_QUIET };
+       O_QUIET, O_ALLOC, O_HOMES, O_ALLOC_US, O_SPIN_US, O_SHIFT, O_WINDOWS };
 
 static const struct option opts[] = {
 	{"workers", required_argument, 0, 'n'}, {"sched", required_argument, 0, O_SCHED},
@@ -281,7 +354,11 @@ static const struct option opts[] = {
 	{"costs", required_argument, 0, O_COSTS}, {"list-costs", no_argument, 0, O_LIST},
 	{"real", no_argument, 0, O_REAL}, {"cores", required_argument, 0, O_CORES},
 	{"calibrate", required_argument, 0, O_CALIB}, {"format", required_argument, 0, O_FORMAT},
-	{"quiet", no_argument, 0, O_QUIET}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+	{"quiet", no_argument, 0, O_QUIET}, {"alloc", no_argument, 0, O_ALLOC},
+	{"homes", required_argument, 0, O_HOMES}, {"alloc-us", required_argument, 0, O_ALLOC_US},
+	{"spin-us", required_argument, 0, O_SPIN_US}, {"shift", required_argument, 0, O_SHIFT},
+	{"windows", required_argument, 0, O_WINDOWS},
+	{"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
 };
 
 int main(int argc, char **argv)
@@ -289,7 +366,7 @@ int main(int argc, char **argv)
 	struct vs_config c = {
 		.n = 16, .sched = VS_SCHED_STEAL, .dist = "exp", .mean_us = 10, .load = 0.5,
 		.requests = 200000, .warmup = 0.05, .flows = 100000, .batch = 64, .seed = 1,
-		.slo_mult = 10,
+		.slo_mult = 10, .homes = 1, .alloc_us = 5, .spin_us = 2,
 	};
 	double sw_a = 0, sw_b = 0, sw_step = 0;
 	bool sweep = false, max_load = false, quiet = !isatty(2), json = false;
@@ -357,6 +434,19 @@ int main(int argc, char **argv)
 			else if (strcmp(optarg, "text")) die("--format: '%s' is not text or json", optarg);
 			break;
 		case O_QUIET: quiet = true; break;
+		case O_ALLOC: c.alloc = true; break;
+		case O_HOMES: c.homes = (unsigned)num("homes", optarg, 1, VS_MAX_CORES); break;
+		case O_ALLOC_US: c.alloc_us = num("alloc-us", optarg, 0.1, 1e6); break;
+		case O_SPIN_US: c.spin_us = num("spin-us", optarg, 0, 1e6); break;
+		case O_SHIFT:
+			if (sscanf(optarg, "%lf:%lf:%lf", &c.shift_lo, &c.shift_hi, &c.shift_ms) != 3 ||
+			    !(c.shift_lo >= 0.001 && c.shift_lo < 1) ||
+			    !(c.shift_hi >= 0.001 && c.shift_hi < 1) ||
+			    !(c.shift_ms >= 0.01 && c.shift_ms <= 10000))
+				die("--shift: '%s' is not LO:HI:MS with loads in [0.001, 1) and MS in "
+				    "[0.01, 10000]", optarg);
+			break;
+		case O_WINDOWS: c.window_us = num("windows", optarg, 1, 1e7); break;
 		case 'o': outpath = optarg; break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: bad = 1; break;
@@ -366,6 +456,20 @@ int main(int argc, char **argv)
 		die("unexpected argument%s%s", optind < argc ? " " : "", optind < argc ? argv[optind] : "");
 	if (sweep && max_load)
 		die("--sweep and --max-load do not go together");
+	if (c.alloc && c.real)
+		die("--alloc runs in virtual time only (the real allocator is another program)");
+	if (c.alloc && c.sched != VS_SCHED_STEAL)
+		die("--alloc needs --sched steal: burstable workers only steal");
+	if (c.alloc && c.homes >= c.n)
+		die("--homes: %u of %u workers leaves none burstable", c.homes, c.n);
+	if (!c.alloc && c.homes != 1)
+		die("--homes needs --alloc");
+	if (c.shift_ms > 0 && (c.real || sweep || max_load))
+		die("--shift is one virtual run: not with --real, --sweep or --max-load");
+	if (c.window_us > 0 && c.real)
+		die("--windows runs in virtual time only");
+	if (c.shift_ms > 0)
+		c.load = c.shift_hi;   /* the point's label: the high phase */
 	if (c.real) {
 		if (!c.n_cores_listed)
 			for (unsigned i = 0; i <= c.n; i++)
@@ -398,6 +502,7 @@ int main(int argc, char **argv)
 			if (rc)
 				die("run failed: %s", strerror(-rc));
 			progress(&c, &res, quiet);
+			free(res.win);
 			errors += res.order_errors;
 			if ((double)res.s.p99 / 1000.0 <= c.slo_mult * c.mean_us) {
 				lo = mid;
@@ -418,6 +523,8 @@ int main(int argc, char **argv)
 				die("run failed: %s", strerror(-rc));
 			progress(&c, &res, quiet);
 			print_point(&o, &c, &res);
+			free(res.win);
+			res.win = NULL;
 			errors += res.order_errors;
 			if (!sweep)
 				break;

@@ -22,6 +22,8 @@ const struct vs_cost_name vs_cost_names[] = {
 	{"kick_ns", F(kick_ns), "sending an interrupt, the sender's cost"},
 	{"ipi_ns", F(ipi_ns), "an interrupt's delivery"},
 	{"ipi_handle_ns", F(ipi_handle_ns), "entering and leaving the interrupt handler"},
+	{"wake_ns", F(wake_ns), "--alloc: a grant decided to its worker running"},
+	{"park_ns", F(park_ns), "--alloc: a worker's cost of parking"},
 };
 #undef F
 const unsigned vs_n_cost_names = sizeof(vs_cost_names) / sizeof(vs_cost_names[0]);
@@ -160,6 +162,21 @@ static unsigned nic_take(struct vs_core *c, struct vs_req **out, unsigned n)
 	for (unsigned i = 0; i < n; i++)
 		out[i] = &r->req[r->vq[c->id][r->vq_head[c->id]++]];
 	return n;
+}
+
+/* --alloc: a burstable core taken (+1) or given back (-1) at @t, for the time series. */
+static void vs_tr_log(struct vs_run *r, uint64_t t, int d)
+{
+	if (r->n_tr == r->cap_tr) {
+		size_t cap = r->cap_tr ? 2 * r->cap_tr : 1024;
+		struct vs_tr *n = realloc(r->tr, cap * sizeof(*n));
+
+		if (!n)
+			return;               /* the series loses a point; the totals do not */
+		r->tr = n;
+		r->cap_tr = cap;
+	}
+	r->tr[r->n_tr++] = (struct vs_tr){ .t = t, .d = d };
 }
 
 /* ---- the steps ---- */
@@ -422,11 +439,105 @@ void vs_irq_real(struct vs_core *c)
 
 /* ---- setup and results ---- */
 
+/* The offered load at time @t (ns): constant, or --shift's three phases. */
+static double load_at(const struct vs_config *cfg, double t)
+{
+	double ms = cfg->shift_ms * 1e6;
+
+	if (cfg->shift_ms <= 0)
+		return cfg->load;
+	return t >= ms && t < 2 * ms ? cfg->shift_hi : cfg->shift_lo;
+}
+
+/* The end of the phase holding @t, or +inf. */
+static double phase_end(const struct vs_config *cfg, double t)
+{
+	double ms = cfg->shift_ms * 1e6;
+
+	if (cfg->shift_ms <= 0)
+		return INFINITY;
+	return t < ms ? ms : t < 2 * ms ? 2 * ms : 3 * ms;
+}
+
+/* The request stream: Poisson arrivals at load x n / S (piecewise with --shift: a draw that
+ * crosses a phase's end starts again there at the new rate, which memorylessness allows),
+ * service times from the distribution, a uniformly chosen flow; separate streams as qsim
+ * draws them. */
+static int make_requests(struct vs_run *r, const struct qs_dist *d)
+{
+	const struct vs_config *cfg = r->cfg;
+	struct qs_rng ra, rs, rf;
+	double t = 0, per_load = cfg->n / (cfg->mean_us * 1000.0);
+	uint64_t cap = cfg->shift_ms > 0 ? 1024 : cfg->requests, n = 0;
+
+	qs_rng_seed(&ra, cfg->seed, 1);
+	qs_rng_seed(&rs, cfg->seed, 2);
+	qs_rng_seed(&rf, cfg->seed, 3);
+	r->req = calloc(cap, sizeof(*r->req));
+	if (!r->req)
+		return -ENOMEM;
+	for (;;) {
+		double dt = qs_rng_exp(&ra) / (load_at(cfg, t) * per_load), end = phase_end(cfg, t);
+		struct vs_req *q;
+		double sv;
+
+		if (t + dt >= end) {
+			if (end >= 3 * cfg->shift_ms * 1e6)
+				break;
+			t = end;
+			continue;
+		}
+		t += dt;
+		if (n == cap) {
+			struct vs_req *nr;
+
+			if (cfg->shift_ms <= 0)
+				break;
+			if (!(nr = realloc(r->req, 2 * cap * sizeof(*r->req))))
+				return -ENOMEM;
+			r->req = nr;
+			cap *= 2;
+		}
+		q = &r->req[n++];
+		sv = qs_dist_sample(d, &rs) * cfg->mean_us * 1000.0;
+		memset(q, 0, sizeof(*q));
+		q->t_arr = (uint64_t)llround(t);
+		q->svc_ns = (uint32_t)(sv < 4e9 ? llround(sv) : 4000000000ll);
+		q->flow = qs_rng_below(&rf, cfg->flows);
+		q->seq = r->flow[q->flow].next_seq++;
+	}
+	r->n_req = n;
+	for (uint32_t i = 0; i < cfg->flows; i++)
+		r->flow[i].next_seq = 0;
+	return n ? 0 : -EINVAL;
+}
+
+/* --alloc: the burstable workers start parked, their cores the batch job's; the allocator
+ * watches each home's shuffle queue and NIC queue. */
+static int alloc_setup(struct vs_run *r)
+{
+	const struct vs_config *cfg = r->cfg;
+	unsigned nb = cfg->n - cfg->homes;
+	uint16_t cores[VS_MAX_CORES];
+
+	r->alloc = malloc(sizeof(*r->alloc));
+	if (!r->alloc)
+		return -ENOMEM;
+	for (unsigned i = 0; i < nb; i++)
+		cores[i] = (uint16_t)i;
+	if (fp_alloc_init(r->alloc, nb, cfg->seed) ||
+	    fp_alloc_add_app(r->alloc, 2 * cfg->homes, nb, cores) != 0)
+		return -EINVAL;
+	for (unsigned i = cfg->homes; i < cfg->n; i++)
+		r->core[i].burst = r->core[i].off = true;
+	r->next_pass = (uint64_t)llround(cfg->alloc_us * 1000.0);
+	return 0;
+}
+
 int vs_run_setup(struct vs_run *r, const struct vs_config *cfg)
 {
+	unsigned owners = cfg->alloc ? cfg->homes : cfg->n;
 	struct qs_dist d;
-	struct qs_rng ra, rs, rf;
-	double rate_per_ns, t = 0;
 	uint32_t *per;
 	int rc;
 
@@ -435,69 +546,104 @@ int vs_run_setup(struct vs_run *r, const struct vs_config *cfg)
 	if (qs_dist_parse(&d, cfg->dist))
 		return -EINVAL;
 	rc = fp_shuf_init(&r->sh, cfg->n, cfg->flows + 1, cfg->seed);
-	if (rc)
+	if (rc) {
+		qs_dist_free(&d);
 		return rc;
+	}
 	r->sh.victim = cfg->victim;
-	r->core = aligned_alloc(FP_CACHE_LINE, cfg->n * sizeof(*r->core));
-	r->req = calloc(cfg->requests, sizeof(*r->req));
+	r->core = aligned_alloc(FP_CACHE_LINE, (cfg->n * sizeof(*r->core) + FP_CACHE_LINE - 1) /
+				FP_CACHE_LINE * FP_CACHE_LINE);
 	r->flow = calloc(cfg->flows, sizeof(*r->flow));
 	per = calloc(cfg->n, sizeof(*per));
-	if (!r->core || !r->req || !r->flow || !per) {
-		free(per);
-		vs_run_free(r);
-		return -ENOMEM;
+	if (!r->core || !r->flow || !per) {
+		rc = -ENOMEM;
+		goto fail;
 	}
 	memset(r->core, 0, cfg->n * sizeof(*r->core));
 	for (unsigned g = 0; g < VS_GROUPS; g++)
-		r->table[g] = (uint8_t)(g % cfg->n);
+		r->table[g] = (uint8_t)(g % owners);
 	for (uint32_t i = 0; i < cfg->flows; i++)
 		fp_shuf_flow_init(&r->flow[i].sf, vs_home_of(r, i));
 	for (unsigned i = 0; i < cfg->n; i++) {
 		r->core[i].run = r;
 		r->core[i].id = i;
+		r->core[i].idle_since = UINT64_MAX;
 		fp_hist_init(&r->core[i].lat);
 	}
-
-	/* The request stream: Poisson arrivals at load x n / S, service times from the
-	 * distribution, a uniformly chosen flow; separate streams as qsim draws them. */
-	qs_rng_seed(&ra, cfg->seed, 1);
-	qs_rng_seed(&rs, cfg->seed, 2);
-	qs_rng_seed(&rf, cfg->seed, 3);
-	rate_per_ns = cfg->load * cfg->n / (cfg->mean_us * 1000.0);
-	for (uint64_t i = 0; i < cfg->requests; i++) {
-		struct vs_req *q = &r->req[i];
-		double s = qs_dist_sample(&d, &rs) * cfg->mean_us * 1000.0;
-
-		t += qs_rng_exp(&ra) / rate_per_ns;
-		q->t_arr = (uint64_t)llround(t);
-		q->svc_ns = (uint32_t)(s < 4e9 ? llround(s) : 4000000000ll);
-		q->flow = qs_rng_below(&rf, cfg->flows);
-		q->seq = r->flow[q->flow].next_seq++;
-		per[vs_home_of(r, q->flow)]++;
-	}
-	for (uint32_t i = 0; i < cfg->flows; i++)
-		r->flow[i].next_seq = 0;
-	qs_dist_free(&d);
-	r->warm = (uint64_t)(cfg->warmup * (double)cfg->requests);
+	if ((rc = make_requests(r, &d)))
+		goto fail;
+	for (uint64_t i = 0; i < r->n_req; i++)
+		per[vs_home_of(r, r->req[i].flow)]++;
+	r->warm = (uint64_t)(cfg->warmup * (double)r->n_req);
+	if (cfg->alloc && (rc = alloc_setup(r)))
+		goto fail;
 
 	if (!cfg->real) {
 		r->vq = calloc(cfg->n, sizeof(*r->vq));
 		r->vq_head = calloc(cfg->n, sizeof(*r->vq_head));
 		r->vq_tail = calloc(cfg->n, sizeof(*r->vq_tail));
-		if (!r->vq || !r->vq_head || !r->vq_tail) {
-			free(per);
-			vs_run_free(r);
-			return -ENOMEM;
-		}
+		rc = -ENOMEM;
+		if (!r->vq || !r->vq_head || !r->vq_tail)
+			goto fail;
 		for (unsigned i = 0; i < cfg->n; i++)
-			if (!(r->vq[i] = malloc((per[i] + 1) * sizeof(uint32_t)))) {
-				free(per);
-				vs_run_free(r);
-				return -ENOMEM;
-			}
+			if (!(r->vq[i] = malloc((per[i] + 1) * sizeof(uint32_t))))
+				goto fail;
 	}
 	free(per);
+	qs_dist_free(&d);
 	return 0;
+fail:
+	free(per);
+	qs_dist_free(&d);
+	vs_run_free(r);
+	return rc;
+}
+
+/* --alloc: a burstable worker found nothing for spin_us: it parks, paying park_ns, and its
+ * core is the batch job's until a grant. */
+void vs_park(struct vs_core *c)
+{
+	struct vs_run *r = c->run;
+
+	charge(c, r->cfg->costs.park_ns);
+	c->off = true;
+	c->parked = false;
+	c->wake_at = 0;
+	c->idle_since = UINT64_MAX;
+	c->off_since = c->clock;
+	c->parks++;
+	r->alloc->app[0].w[c->id - r->cfg->homes].parked = true;
+	vs_tr_log(r, c->clock, -1);
+}
+
+/* --alloc: one pass at @t: the homes' queues as counters (the shuffle ring's tail and head,
+ * the NIC queue's), the allocator's decision, its grants (a granted worker runs wake_ns
+ * later; its core is the app's from the decision on). */
+void vs_alloc_pass(struct vs_run *r, uint64_t t)
+{
+	struct fp_alloc_app *p = &r->alloc->app[0];
+	struct fp_alloc_act act[4];
+	unsigned n;
+
+	for (unsigned h = 0; h < r->cfg->homes; h++) {
+		const struct fp_shuf_ring *q = &r->sh.wk[h].ready;
+
+		p->q[2 * h] = (struct fp_alloc_q){ .put = q->tail, .taken = q->head };
+		p->q[2 * h + 1] = (struct fp_alloc_q){ .put = r->vq_tail[h], .taken = r->vq_head[h] };
+	}
+	n = fp_alloc_pass(r->alloc, act, 4);
+	for (unsigned i = 0; i < n; i++) {
+		struct vs_core *c = &r->core[r->cfg->homes + act[i].worker];
+
+		if (act[i].op != FP_ALLOC_GRANT)
+			continue;                 /* one app: nothing to revoke from */
+		c->off = false;
+		c->off_ns += t - c->off_since;
+		c->grants++;
+		c->clock = t + (uint64_t)llround(r->cfg->costs.wake_ns);
+		p->w[act[i].worker] = (struct fp_alloc_wview){ .took = act[i].grant_no };
+		vs_tr_log(r, t, +1);
+	}
 }
 
 void vs_run_free(struct vs_run *r)
@@ -511,8 +657,104 @@ void vs_run_free(struct vs_run *r)
 	free(r->core);
 	free(r->req);
 	free(r->flow);
+	free(r->alloc);
+	free(r->tr);
 	fp_shuf_fini(&r->sh);
 	memset(r, 0, sizeof(*r));
+}
+
+/* --alloc: the cores' account. A burstable core is the batch job's from its park to its
+ * next grant (and after its last park, to the end of the run); the homes always poll. */
+static void collect_alloc(struct vs_run *r, struct vs_result *o)
+{
+	const struct vs_config *cfg = r->cfg;
+	double off = 0;
+
+	for (unsigned i = cfg->homes; i < cfg->n; i++) {
+		struct vs_core *c = &r->core[i];
+
+		if (c->off && r->end_ns > c->off_since)
+			c->off_ns += r->end_ns - c->off_since;
+		c->off_since = r->end_ns;
+		off += (double)c->off_ns;
+		o->grants += c->grants;
+		o->parks += c->parks;
+	}
+	if (r->end_ns) {
+		o->batch_share = off / ((double)cfg->n * (double)r->end_ns);
+		o->mean_cores = cfg->n - off / (double)r->end_ns;
+	}
+	o->congested = r->alloc->app[0].congested;
+	o->starved = r->alloc->app[0].starved;
+	o->passes = r->alloc->passes;
+}
+
+static int tr_cmp(const void *a, const void *b)
+{
+	const struct vs_tr *x = a, *y = b;
+
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* --windows: per window of arrival time, the requests' latency summary; the replies sent in
+ * it, and the mean number of workers holding a core. */
+static void collect_windows(struct vs_run *r, struct vs_result *o)
+{
+	const struct vs_config *cfg = r->cfg;
+	uint64_t w_ns = (uint64_t)llround(cfg->window_us * 1000.0), last = r->req[r->n_req - 1].t_arr;
+	unsigned nw = (unsigned)(last / w_ns + 1), k = 0;
+	long cur = cfg->alloc ? (long)cfg->homes : (long)cfg->n;
+	struct fp_hist *h = malloc(sizeof(*h));
+	uint64_t *done;
+	size_t j = 0;
+
+	if (nw > 100000)
+		nw = 100000;
+	o->win = calloc(nw, sizeof(*o->win));
+	done = calloc(nw, sizeof(*done));
+	if (!o->win || !h || !done)
+		goto out;
+	/* latency by arrival window: arrivals are in time order */
+	fp_hist_init(h);
+	for (uint64_t i = 0; i <= r->n_req; i++) {
+		const struct vs_req *q = i < r->n_req ? &r->req[i] : NULL;
+
+		while (k < nw && (!q || q->t_arr >= (k + 1) * w_ns)) {
+			fp_hist_summarize(h, &o->win[k].s);
+			fp_hist_init(h);
+			k++;
+		}
+		if (q && k < nw)
+			fp_hist_record(h, q->t_done - q->t_arr);
+	}
+	for (uint64_t i = 0; i < r->n_req; i++)
+		if (r->req[i].t_done / w_ns < nw)
+			done[r->req[i].t_done / w_ns]++;
+	/* cores held: the homes (or every worker without --alloc), plus the burstable ones
+	 * between their grants and parks */
+	qsort(r->tr, r->n_tr, sizeof(*r->tr), tr_cmp);
+	for (k = 0; k < nw; k++) {
+		uint64_t t0 = k * w_ns, t = t0;
+		double held = 0;
+
+		for (; j < r->n_tr && r->tr[j].t < t0 + w_ns; j++) {
+			uint64_t tj = r->tr[j].t > t0 ? r->tr[j].t : t0;
+
+			held += (double)cur * (double)(tj - t);
+			t = tj;
+			cur += r->tr[j].d;
+		}
+		held += (double)cur * (double)(t0 + w_ns - t);
+		o->win[k].t0_ms = (double)t0 / 1e6;
+		o->win[k].offered_mrps = load_at(cfg, (double)t0 + (double)w_ns / 2) * cfg->n /
+					 cfg->mean_us;
+		o->win[k].mean_cores = held / (double)w_ns;
+		o->win[k].done_mrps = (double)done[k] / (double)w_ns * 1000.0;
+	}
+	o->n_win = nw;
+out:
+	free(h);
+	free(done);
 }
 
 void vs_collect(struct vs_run *r, struct vs_result *o)
@@ -550,9 +792,13 @@ void vs_collect(struct vs_run *r, struct vs_result *o)
 	o->offered_mrps = cfg->load * cfg->n / cfg->mean_us;
 	o->duration_ns = r->end_ns;
 	if (r->end_ns)
-		o->achieved_mrps = (double)cfg->requests / (double)r->end_ns * 1000.0;
+		o->achieved_mrps = (double)r->n_req / (double)r->end_ns * 1000.0;
 	o->gen_late_max_ns = r->gen_late_max_ns;
 	o->gen_late_count = r->gen_late_count;
+	if (cfg->alloc)
+		collect_alloc(r, o);
+	if (cfg->window_us > 0)
+		collect_windows(r, o);
 	if (cfg->real) {
 		/* The mean real cost of each kind of step: what the virtual world's cost
 		 * model is calibrated from. */

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <flowplane/alloc.h>
 #include <flowplane/hist.h>
 #include <flowplane/ring.h>
 #include <flowplane/shuffle.h>
@@ -47,6 +48,8 @@ struct vs_costs {
 	double kick_ns;      /* the sender's cost of an interrupt (a tgkill on real threads) */
 	double ipi_ns;       /* an interrupt's delivery */
 	double ipi_handle_ns; /* the interrupted core's cost to enter and leave the handler */
+	double wake_ns;      /* --alloc: a grant decided to the worker running on its core */
+	double park_ns;      /* --alloc: a worker's cost of parking (its core is nobody's) */
 };
 
 struct vs_cost_name {
@@ -75,6 +78,16 @@ struct vs_config {
 	int cores[VS_MAX_CORES + 1]; /* real: worker cores, then the generator's */
 	unsigned n_cores_listed;
 	double slo_mult;             /* --max-load: p99 <= slo_mult x S */
+	/* --alloc: Shenango's core allocator (rt/alloc.c): workers 0..homes-1 own the flow
+	 * groups and always poll; the others are burstable, granted their cores when the
+	 * homes' queues are congested, parking after spin_us without work */
+	bool alloc;
+	unsigned homes;
+	double alloc_us;             /* the allocator's interval (Shenango: 5) */
+	double spin_us;              /* how long a burstable worker looks before parking */
+	/* --shift LO:HI:MS: load LO for MS, HI for MS, LO for MS (Shenango's Figure 5) */
+	double shift_lo, shift_hi, shift_ms;
+	double window_us;            /* --windows: per-window results, this wide */
 };
 
 /* A request: its arrival, service time and flow; where and when it was answered. */
@@ -111,6 +124,13 @@ struct vs_core {
 	uint64_t clock;              /* ns */
 	bool parked;
 	uint64_t irq_at;             /* an interrupt due at this time (0: none) */
+	/* --alloc: a burstable worker; off: not granted, its core runs the batch job */
+	bool burst, off;
+	uint64_t off_since;          /* when it last parked (ns) */
+	uint64_t idle_since;         /* first look that found nothing since it last worked;
+				      * UINT64_MAX: it worked last */
+	uint64_t wake_at;            /* parked idle: look again then to park (0: no deadline) */
+	uint64_t off_ns, grants, parks;
 	/* counters */
 	uint64_t frames, replies, batches, kicks, irqs, order_errors;
 	struct fp_hist lat;          /* sojourn, ns */
@@ -131,6 +151,7 @@ struct vs_run {
 	struct fp_shuf sh;
 	struct vs_core *core;
 	struct vs_req *req;
+	uint64_t n_req;              /* requests in @req */
 	struct vs_flow *flow;
 	uint8_t table[VS_GROUPS];    /* flow group -> worker */
 	uint64_t warm;               /* requests before this index are not counted */
@@ -143,6 +164,20 @@ struct vs_run {
 	uint64_t end_ns;             /* virtual or real duration */
 	uint64_t gen_late_max_ns;    /* real: the generator's worst lateness */
 	uint64_t gen_late_count;     /* real: arrivals posted more than 1 us late */
+	/* --alloc (virtual world) */
+	struct fp_alloc *alloc;
+	uint64_t next_pass;          /* the allocator's next pass (ns) */
+	struct vs_tr {               /* a burstable core taken (+1) or given back (-1) */
+		uint64_t t;
+		int32_t d;
+	} *tr;
+	size_t n_tr, cap_tr;
+};
+
+/* One window of a time series (--windows): requests by arrival time. */
+struct vs_window {
+	double t0_ms, offered_mrps, done_mrps, mean_cores;
+	struct fp_hist_summary s;
 };
 
 /* Results of one point. */
@@ -153,6 +188,11 @@ struct vs_result {
 	uint64_t gen_late_max_ns, gen_late_count;
 	struct vs_costs measured;    /* real world only */
 	uint64_t duration_ns;
+	/* --alloc */
+	double mean_cores, batch_share;   /* workers holding a core, and the pool's idle share */
+	uint64_t grants, parks, congested, starved, passes;
+	struct vs_window *win;            /* --windows: n_win of them (the caller frees) */
+	unsigned n_win;
 };
 
 /* costs.c: NAME=NS lines ('#' starts a comment, blank lines skipped) into @k, from
@@ -169,6 +209,8 @@ bool vs_step(struct vs_core *c);     /* one step; false when the core found noth
 void vs_irq(struct vs_core *c);      /* ZygOS's IPI handler, on an interrupted core */
 void vs_irq_real(struct vs_core *c); /* the same, in a signal handler on a real worker */
 void vs_collect(struct vs_run *r, struct vs_result *out);
+void vs_alloc_pass(struct vs_run *r, uint64_t t);  /* --alloc: one allocator pass at @t */
+void vs_park(struct vs_core *c);     /* --alloc: a burstable worker gives its core back */
 
 /* virt.c, real.c */
 int vs_virtual(struct vs_run *r);

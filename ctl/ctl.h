@@ -103,3 +103,8 @@ struct ctl_run_opts {
 /* Run the loop against run @name: 0 at the end (time up, interrupted, the run gone), 1 when
  * it cannot start. */
 int ctl_loop(const char *name, const struct ctl_run_opts *o);
+
+/* ---- Shenango's core allocator over running flowplanes (alloc_loop.c) ---- */
+
+/* fp-ctl alloc NAME... [options]: argv as fp-ctl got it. The exit status. */
+int ctl_alloc_main(int argc, char **argv);

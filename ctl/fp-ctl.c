@@ -34,6 +34,8 @@ static void usage(FILE *f)
 		   "       fp-ctl park NAME WORKER | fp-ctl unpark NAME WORKER\n"
 		   "       fp-ctl run NAME [--policy FILE] [--seconds S] [--log FILE] [--quiet]\n"
 		   "       fp-ctl watch NAME [COUNT]\n"
+		   "       fp-ctl alloc NAME... [--interval-us US] [--seconds S] [--core C] [--sleep]\n"
+		   "                    [--json]\n"
 		   "       fp-ctl cmd NAME OP ARG0 ARG1\n"
 		   "Commands to a running flowplane whose stats segment is NAME (--stats NAME).\n"
 		   "  groups   the flow-group table: for each worker, the groups it owns;\n"
@@ -60,6 +62,16 @@ static void usage(FILE *f)
 		   "           groups owned, round time tau, queue depth Q, the queueing delay\n"
 		   "           ceil(Q/B)*tau and the idle share, each smoothed with alpha 1/8\n"
 		   "           (IX's control-plane metrics, published every 10 ms), parked or not\n"
+		   "  alloc    Shenango's core allocator over one or more runs started with\n"
+		   "           --sched steal --burst K: every --interval-us (default 5) a run whose\n"
+		   "           homes' queues hold an item seen at the previous pass gets one of its\n"
+		   "           parked burstable workers' cores (idle cores first, else one revoked\n"
+		   "           from another run); workers park themselves after --burst-idle-us\n"
+		   "           with nothing to do. Spins on its core between passes (--core C pins\n"
+		   "           it; --sleep sleeps instead, for a machine with no core to spare).\n"
+		   "           Ends at --seconds, SIGINT/SIGTERM or when a run stops, with what it\n"
+		   "           did and the grant-to-running times the workers measured (--json: as\n"
+		   "           JSON). Needs the runs' user or root (it copies their eventfds)\n"
 		   "  cmd      send raw command OP with ARG0 ARG1 and print the run's answer\n"
 		   "           (tests of the channel: unknown ops and bad arguments are refused)\n"
 		   "exit status: 0 done, 1 refused or timed out, 2 bad arguments\n");
@@ -313,6 +325,8 @@ int main(int argc, char **argv)
 		return cmd_run(argc, argv);
 	if ((argc == 3 || argc == 4) && !strcmp(argv[1], "watch"))
 		return cmd_watch(argv[2], argc == 4 ? argv[3] : NULL);
+	if (argc >= 2 && !strcmp(argv[1], "alloc"))
+		return ctl_alloc_main(argc, argv);
 	if (argc == 6 && !strcmp(argv[1], "cmd"))
 		return cmd_raw(argv[2], argv[3], argv[4], argv[5]);
 	usage(stderr);

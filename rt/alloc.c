@@ -39,6 +39,21 @@ int fp_alloc_add_app(struct fp_alloc *a, unsigned n_queues, unsigned n_workers,
 	return (int)a->n_apps++;
 }
 
+void fp_alloc_adopt(struct fp_alloc *a, unsigned app, unsigned w, uint64_t grant_no,
+		    bool running)
+{
+	struct fp_alloc_app *p = &a->app[app];
+	unsigned c = p->core[w];
+
+	p->grant_no[w] = grant_no;
+	p->w[w] = (struct fp_alloc_wview){ .took = grant_no, .parked = !running };
+	if (!running || a->owner[c] != -1 || p->state[w] != FP_ALLOC_W_PARKED)
+		return;
+	a->owner[c] = (int8_t)app;
+	p->state[w] = FP_ALLOC_W_ACTIVE;
+	p->active++;
+}
+
 bool fp_alloc_congested(const struct fp_alloc_app *p)
 {
 	/* An item taken after this pass's look sits at an index below the previous pass's

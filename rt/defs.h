@@ -56,6 +56,12 @@ struct rt_run {
 	atomic_uint steal_in_loop;    /* workers inside their loop (rt_steal_enter/leave) */
 	/* flow groups in software (steer.c): xdp with several workers; NULL otherwise */
 	struct rt_steer *steer;
+	/* --burst: workers burst_first.. are burstable; each has an eventfd the allocator
+	 * writes (-1 for the others); alloc_q: the homes' queue counters in the segment,
+	 * NULL without --burst */
+	unsigned burst_first;
+	int burst_efd[FP_RT_MAX_WORKERS];
+	struct fp_rt_alloc_q *alloc_q;
 };
 
 struct fp_ctx {
@@ -75,6 +81,8 @@ struct fp_ctx {
 
 	struct fp_timer_wheel timers; /* the application's */
 	void *user;
+	bool no_steal;                /* --burst: a parked burstable worker takes nobody's
+				       * flows (it wakes only to pass frames on) */
 	struct fp_rt_worker_stats *stats;  /* this worker's record (a private one when no
 					    * segment), never NULL */
 	struct fp_rt_worker_stats stats_local;
@@ -89,6 +97,7 @@ int rt_steal_setup(struct rt_run *run);
 void rt_steal_teardown(struct rt_run *run);
 unsigned rt_steal_round(struct fp_ctx *ctx);
 bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c);
+bool rt_steal_pending(const struct fp_ctx *ctx);
 void rt_steal_enter(struct rt_run *run);
 void rt_steal_leave(struct rt_run *run);
 void rt_steal_counts(const struct rt_run *run, unsigned worker, uint64_t *stolen_runs,

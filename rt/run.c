@@ -37,6 +37,7 @@ void fp_rt_config_init(struct fp_rt_config *cfg)
 	cfg->idle = FP_IDLE_SLEEP;
 	cfg->spin_us = FP_RT_DEFAULT_SPIN_US;
 	cfg->nap_us = FP_RT_DEFAULT_NAP_US;
+	cfg->burst_idle_us = FP_RT_DEFAULT_BURST_IDLE_US;
 	cfg->xdp.mode = FP_XDP_AUTO;
 }
 
@@ -70,6 +71,10 @@ const char fp_rt_options_help[] =
 	"                        the default) or on any idle worker (steal, ZygOS's; its\n"
 	"                        workers poll; for steal-safe applications, e.g. fp-echo\n"
 	"                        spin --native)\n"
+	"  --burst K             steal, xdp: the last K workers are burstable: they own no\n"
+	"                        flow group, steal the others' work, and run only while the\n"
+	"                        core allocator (fp-ctl alloc) grants them their core\n"
+	"  --burst-idle-us US    a burstable worker idle this long parks (default 20)\n"
 	"  --spin-us US          sleep: spin this long before sleeping; adaptive: spin at\n"
 	"                        most this long (default 200)\n"
 	"  --nap-us US           dpdk (no receive interrupt): an idle worker sleeps in naps\n"
@@ -94,7 +99,7 @@ const char fp_rt_options_help[] =
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "batch", "idle",
-	"sched", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
+	"sched", "burst", "burst-idle-us", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
 };
 
@@ -329,6 +334,8 @@ static int opt_number(struct fp_rt_config *cfg, const char *opt, const char *val
 	NUM("batch", 1, FP_RT_MAX_BATCH, false, cfg->batch = (unsigned)v)
 	NUM("spin-us", 0, 10000000, false, cfg->spin_us = (uint32_t)v)
 	NUM("nap-us", 0, 1000000, false, cfg->nap_us = (uint32_t)v)
+	NUM("burst", 1, FP_RT_MAX_WORKERS - 1, false, cfg->n_burst = (unsigned)v)
+	NUM("burst-idle-us", 0, 1000000, false, cfg->burst_idle_us = (uint32_t)v)
 	NUM("umem-frames", 64, 1u << 20, true, cfg->xdp.frames = (uint32_t)v)
 	NUM("seed", 0, UINT64_MAX, false, cfg->seed = v)
 	NUM("rcv-buf", 4096, 1u << 30, true, cfg->stack.rcv_buf = (uint32_t)v)
@@ -566,9 +573,44 @@ static const char *rt_ip_problem(uint32_t ip, uint8_t prefix, char *owner, size_
 }
 
 /* Step "config": what every transport needs before anything is opened. */
+/* --burst K: the last K workers are burstable (rt/README.md, "Burstable workers"). They
+ * steal (--sched steal) and own no flow group (xdp, groups: weight 0), so an allocator
+ * can take their cores at any time; it finds them through the stats segment. */
+static int config_burst(struct rt_start *s)
+{
+	struct fp_rt_config *c = &s->cfg;
+	unsigned homes = c->n_workers - (c->n_burst < c->n_workers ? c->n_burst : c->n_workers);
+
+	if (c->sched != FP_SCHED_STEAL || c->transport != FP_TRANSPORT_XDP ||
+	    c->steer != FP_STEER_GROUPS)
+		return snprintf(s->err, sizeof(s->err), "--burst needs --sched steal on the xdp "
+				"transport with flow groups: burstable workers only steal"), -EINVAL;
+	if (!homes)
+		return snprintf(s->err, sizeof(s->err), "--burst %u of %u workers leaves none to "
+				"own the flows: use --workers above --burst", c->n_burst,
+				c->n_workers), -EINVAL;
+	if (c->stats_name && !*c->stats_name)
+		return snprintf(s->err, sizeof(s->err), "--burst needs the stats segment (the "
+				"allocator's channel): drop --stats none"), -EINVAL;
+	if (c->n_steer_weights == c->n_workers) {
+		for (unsigned i = homes; i < c->n_workers; i++)
+			if (c->steer_weights[i])
+				return snprintf(s->err, sizeof(s->err), "--steer-weights gives "
+						"burstable worker %u groups: give it 0", i), -EINVAL;
+		return 0;
+	}
+	if (c->n_steer_weights)
+		return 0;   /* the count is refused below */
+	for (unsigned i = 0; i < c->n_workers; i++)
+		c->steer_weights[i] = i < homes;
+	c->n_steer_weights = c->n_workers;
+	return 0;
+}
+
 static int step_config(struct rt_start *s)
 {
 	struct fp_rt_config *c = &s->cfg;
+	int rc;
 
 	if (c->n_workers < 1 || c->n_workers > FP_RT_MAX_WORKERS)
 		return snprintf(s->err, sizeof(s->err), "%u workers: use --workers 1..%d",
@@ -620,6 +662,8 @@ static int step_config(struct rt_start *s)
 			       -EINVAL;
 		}
 	}
+	if (c->n_burst && (rc = config_burst(s)))
+		return rc;
 	if (c->n_steer_weights && (c->transport != FP_TRANSPORT_XDP || c->n_workers < 2 ||
 				   c->steer != FP_STEER_GROUPS))
 		return snprintf(s->err, sizeof(s->err), "--steer-weights needs flow groups: the "
@@ -747,6 +791,44 @@ static void step_wake_down(struct rt_start *s)
 {
 	close(s->run.wake_fd);
 	s->run.wake_fd = -1;
+}
+
+/* Step "alloc" (--burst): an eventfd per burstable worker, by which the allocator wakes
+ * it; their numbers go in the segment for the allocator to copy (pidfd_getfd). */
+static int step_alloc(struct rt_start *s)
+{
+	struct fp_rt_stats_hdr *h = s->run.stats_hdr;
+	unsigned first = s->cfg.n_workers - s->cfg.n_burst;
+
+	for (unsigned i = 0; i < FP_RT_MAX_WORKERS; i++)
+		s->run.burst_efd[i] = -1;
+	if (!s->cfg.n_burst)
+		return 0;
+	for (unsigned i = first; i < s->cfg.n_workers; i++) {
+		s->run.burst_efd[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (s->run.burst_efd[i] < 0)
+			return snprintf(s->err, sizeof(s->err), "eventfd: %s", strerror(errno)),
+			       -errno;
+	}
+	s->run.burst_first = first;
+	if (h) {
+		for (unsigned i = 0; i < FP_RT_STATS_MAX_WORKERS; i++)
+			h->alloc.efd[i] = i < FP_RT_MAX_WORKERS ? s->run.burst_efd[i] : -1;
+		h->alloc.first_burst = first;
+		__atomic_store_n(&h->alloc.n_burst, s->cfg.n_burst, __ATOMIC_RELEASE);
+		s->run.alloc_q = h->alloc_q;
+	}
+	return 0;
+}
+
+static void step_alloc_down(struct rt_start *s)
+{
+	for (unsigned i = 0; i < FP_RT_MAX_WORKERS; i++)
+		if (s->run.burst_efd[i] >= 0) {
+			close(s->run.burst_efd[i]);
+			s->run.burst_efd[i] = -1;
+		}
+	s->run.alloc_q = NULL;
 }
 
 /* Step "signals": workers inherit a mask without SIGINT/SIGTERM; the main thread reads
@@ -936,6 +1018,7 @@ static const struct rt_step {
 	{ "clock",   step_clock,   NULL },
 	{ "stats",   step_stats,   step_stats_down },
 	{ "wake",    step_wake,    step_wake_down },
+	{ "alloc",   step_alloc,   step_alloc_down },
 	{ "sched",   step_sched,   step_sched_down },
 	{ "signals", step_signals, step_signals_down },
 	{ "xdp",     step_xdp,     step_xdp_down },
@@ -998,7 +1081,7 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 static void rt_summary(struct rt_start *s)
 {
 	const struct fp_rt_config *c = &s->cfg;
-	char net[256], cores[200], stats[96], idle[80];
+	char net[256], cores[200], stats[96], idle[128];
 
 	summary_net(s, net, sizeof(net));
 	cores_str(c, cores, sizeof(cores));
@@ -1008,7 +1091,10 @@ static void rt_summary(struct rt_start *s)
 		snprintf(stats, sizeof(stats), "stats %s", c->stats_name);
 	else
 		snprintf(stats, sizeof(stats), "stats %ld", (long)getpid());
-	if (c->sched == FP_SCHED_STEAL)
+	if (c->sched == FP_SCHED_STEAL && c->n_burst)
+		snprintf(idle, sizeof(idle), "sched steal, idle poll, %u burstable (park after %u "
+			 "us idle; fp-ctl alloc grants)", c->n_burst, c->burst_idle_us);
+	else if (c->sched == FP_SCHED_STEAL)
 		snprintf(idle, sizeof(idle), "sched steal, idle poll");
 	else if (c->transport == FP_TRANSPORT_DPDK && c->idle != FP_IDLE_POLL && !c->nap_us)
 		snprintf(idle, sizeof(idle), "idle poll (--nap-us 0)");

@@ -290,6 +290,23 @@ static bool knocked_now(const struct fp_ctx *ctx, unsigned i)
 	return false;
 }
 
+/* --burst: @sf was taken from its home's queue: publish how far that queue has been
+ * taken (its head), keeping the largest value any taker stored. */
+static void note_taken(struct rt_run *run, const struct fp_shuf_flow *sf)
+{
+	struct fp_rt_alloc_q *q;
+	uint64_t head, cur;
+
+	if (!run->alloc_q)
+		return;
+	q = &run->alloc_q[sf->home];
+	head = __atomic_load_n(&run->sh->wk[sf->home].ready.head, __ATOMIC_ACQUIRE);
+	cur = __atomic_load_n(&q->taken, __ATOMIC_RELAXED);
+	while (cur < head && !__atomic_compare_exchange_n(&q->taken, &cur, head, true,
+							  __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		;
+}
+
 unsigned rt_steal_round(struct fp_ctx *ctx)
 {
 	struct rt_run *run = ctx->run;
@@ -327,19 +344,36 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 			ctx->conds[keep++] = *c;
 	}
 	ctx->n_conds = keep;
+	if (run->alloc_q)   /* --burst: the allocator's congestion signal (alloc.h) */
+		__atomic_store_n(&run->alloc_q[me].put, sh->wk[me].ready.tail, __ATOMIC_RELEASE);
 	/* 3. the rest: an ordinary round */
 	done += rt_ctx_round_plain(ctx) + (keep ? 1 : 0);
 	/* 4. own ready flows */
 	for (unsigned k = 0; !run->cfg->steal_force && k < RT_STEAL_LOCAL_MAX &&
-	     (sf = fp_shuf_take(sh, me)); k++, done++)
+	     (sf = fp_shuf_take(sh, me)); k++, done++) {
+		note_taken(run, sf);
 		run_flow(ctx, w, SFLOW(sf));
+	}
 	/* 5. nothing else: one of another worker's (not once the run stops: its home may be
-	 * past its loop already) */
-	if (!done && !rt_ctx_stopping(ctx) && (sf = fp_shuf_steal(sh, me))) {
+	 * past its loop already; not by a parked burstable worker) */
+	if (!done && !ctx->no_steal && !rt_ctx_stopping(ctx) && (sf = fp_shuf_steal(sh, me))) {
+		note_taken(run, sf);
 		run_flow(ctx, w, SFLOW(sf));
 		done++;
 	}
 	return done;
+}
+
+/* Whether a round has scheduler work though the transport brought nothing: flows that came
+ * home, own ready flows left for later, or (a worker that may steal) another's ready
+ * flows. Hints, racy by design: a miss is seen at the next round. */
+bool rt_steal_pending(const struct fp_ctx *ctx)
+{
+	const struct fp_shuf *sh = ctx->run->sh;
+	unsigned me = ctx->worker;
+
+	return fp_shuf_has_returns(sh, me) || fp_shuf_ready_count(sh, me) ||
+	       (!ctx->no_steal && fp_shuf_any_ready(sh, me));
 }
 
 /* A CLOSE or ABORT from outside a flow's batch (a timer, another handler) for a flow

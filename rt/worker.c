@@ -2,10 +2,12 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <flowplane/clock.h>
 #include <flowplane/compiler.h>
@@ -41,6 +43,8 @@
 #define RT_DRAIN_US      50000  /* at the stop: how long the last frames may take to leave */
 #define RT_DRAIN_GAP_US  50     /* between drain passes, so the device can complete */
 #define RT_DRAIN_QUIET   2      /* passes with nothing moving that end the drain */
+#define RT_ALLOC_DEAD_MS 50     /* --burst: an allocator whose heartbeat stood still this
+				 * long is gone: a burstable worker keeps its core */
 
 struct rt_wk {
 	struct fp_ctx ctx;
@@ -61,6 +65,8 @@ struct rt_wk {
 	struct rt_ctl_acc ctl;            /* IX's control-plane metrics */
 	unsigned last_q;                  /* queue depth at this round's poll */
 	bool idle;
+	bool burst;                       /* --burst: a burstable worker (rt_burst) */
+	uint64_t hb_seen, hb_at_us;       /* the allocator's heartbeat, and when it last moved */
 	unsigned n_tx;                    /* frames held in tx[] for retry */
 	struct fp_mbuf *tx[RT_TX_HOLD];
 	struct fp_mbuf *rx[FP_RT_MAX_BATCH];
@@ -173,7 +179,8 @@ static unsigned rt_app_pass(struct rt_wk *w, bool *settled)
 
 	for (rounds = 0; rounds < RT_PASS_ROUNDS; rounds++) {
 		rt_drain_events(w);
-		if (!ctx->n_conds && !ctx->n_rets && !ctx->n_calls) {
+		if (!ctx->n_conds && !ctx->n_rets && !ctx->n_calls &&
+		    !(ctx->run->sh && !rounds && rt_steal_pending(ctx))) {
 			*settled = true;
 			return rounds;
 		}
@@ -362,7 +369,7 @@ static void rt_account(struct rt_wk *w, bool busy, unsigned batch, uint64_t cycl
  * device arms its wake-up in wait_fd(), so rx_ready() is checked after it, not before.
  * A device with no wake-up (wait_fd -1) gets naps of at most cfg->nap_us instead.
  */
-static void rt_sleep(struct rt_wk *w, uint64_t now)
+static void rt_sleep_fd(struct rt_wk *w, uint64_t now, int extra_fd)
 {
 	uint64_t next = fp_stack_next_us(w->st), app = rt_ctx_next_us(&w->ctx);
 	uint64_t timeout_us = (uint64_t)RT_SLEEP_MAX_MS * 1000, t0;
@@ -388,20 +395,26 @@ static void rt_sleep(struct rt_wk *w, uint64_t now)
 		return;
 	if (w->steer && !rt_steer_sleep_prepare(w->steer, w->ctx.worker))
 		return;   /* frames handed over to us wait */
-	struct pollfd p[3] = { { .fd = fd, .events = POLLIN },   /* poll() skips an fd of -1 */
+	struct pollfd p[4] = { { .fd = fd, .events = POLLIN },   /* poll() skips an fd of -1 */
 			       { .fd = w->run->wake_fd, .events = POLLIN },
 			       { .fd = w->steer ? rt_steer_wake_fd(w->steer, w->ctx.worker) : -1,
-				 .events = POLLIN } };
+				 .events = POLLIN },
+			       { .fd = extra_fd, .events = POLLIN } };
 	struct timespec ts = { .tv_sec = (time_t)(timeout_us / 1000000),
 			       .tv_nsec = (long)(timeout_us % 1000000) * 1000 };
 	t0 = fp_rdtsc();
-	ppoll(p, 3, &ts, NULL);
+	ppoll(p, 4, &ts, NULL);
 	t0 = fp_rdtsc() - t0;
 	if (w->steer)
 		rt_steer_sleep_done(w->steer, w->ctx.worker);
 	w->slept_cycles += t0;
 	w->ctx.stats->idle_cycles += t0;
 	w->ctx.stats->sleeps++;
+}
+
+static void rt_sleep(struct rt_wk *w, uint64_t now)
+{
+	rt_sleep_fd(w, now, -1);
 }
 
 /* Parked or unparked by the control plane since the last round: note it. */
@@ -447,6 +460,108 @@ static void rt_idle(struct rt_wk *w, uint64_t now)
 		rt_sleep(w, now);
 }
 
+/* ---- burstable workers (--burst; rt/README.md, "Burstable workers") ---- */
+
+/*
+ * Shenango's kthread, under its allocator (rt/alloc.c, run by fp-ctl alloc): a burstable
+ * worker owns no flow group; granted its core, it steals the homes' ready flows; having
+ * found nothing for --burst-idle-us (or revoked), it parks: it publishes that it has,
+ * stops stealing and sleeps in poll() on its eventfd (plus what any parked worker still
+ * wakes for: frames landing on its own queue, to pass on, its stack's timers, the stop).
+ * The allocator's grant is a number and a time in the segment, then a write to that
+ * eventfd; the time from the grant's decision to this worker running is recorded.
+ * Without a live allocator (its heartbeat still for RT_ALLOC_DEAD_MS, or its process
+ * gone) a running burstable worker keeps its core: the runtime keeps serving.
+ */
+
+static uint64_t rt_mono_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static bool rt_alloc_alive(struct rt_wk *w, uint64_t now)
+{
+	const struct fp_rt_stats_hdr *h = w->run->stats_hdr;
+	uint64_t hb = __atomic_load_n(&h->alloc.heartbeat, __ATOMIC_ACQUIRE);
+	int32_t pid = __atomic_load_n(&h->alloc.pid, __ATOMIC_ACQUIRE);
+
+	if (hb != w->hb_seen) {
+		w->hb_seen = hb;
+		w->hb_at_us = now;
+	}
+	return pid > 0 && now - w->hb_at_us < RT_ALLOC_DEAD_MS * 1000ull &&
+	       (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+static void rt_burst_park(struct rt_wk *w, uint64_t now, bool revoked)
+{
+	struct fp_rt_worker_stats *s = w->ctx.stats;
+
+	w->ctx.no_steal = true;
+	s->burst_parks++;
+	s->burst_revoked += revoked;
+	__atomic_store_n(&s->burst_parked, 1, __ATOMIC_RELEASE);
+	rt_park_note(w, now, true);
+}
+
+/* A grant this worker has not taken yet: take it. */
+static bool rt_burst_take(struct rt_wk *w, uint64_t now)
+{
+	const struct fp_rt_grant *g = &w->run->stats_hdr->grant[w->ctx.worker];
+	struct fp_rt_worker_stats *s = w->ctx.stats;
+	uint64_t no = __atomic_load_n(&g->no, __ATOMIC_ACQUIRE), t = rt_mono_ns(), d, lat, one;
+
+	if (no == s->burst_took)
+		return false;
+	d = __atomic_load_n(&g->decided_ns, __ATOMIC_RELAXED);
+	lat = t > d ? t - d : 0;
+	while (read(w->run->burst_efd[w->ctx.worker], &one, sizeof(one)) > 0)
+		;
+	s->burst_grants++;
+	s->realloc_ns += lat;
+	if (lat > s->realloc_ns_max)
+		s->realloc_ns_max = lat;
+	s->realloc_hist[lat / 1000 < FP_RT_REALLOC_BUCKETS ? lat / 1000 : FP_RT_REALLOC_BUCKETS - 1]++;
+	w->ctx.no_steal = false;
+	w->idle = false;
+	rt_park_note(w, now, false);
+	__atomic_store_n(&s->burst_took, no, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->burst_parked, 0, __ATOMIC_RELEASE);
+	return true;
+}
+
+/* After a round of a burstable worker (instead of the idle policy). */
+static void rt_burst(struct rt_wk *w, uint64_t now, bool busy)
+{
+	const struct fp_rt_grant *g = &w->run->stats_hdr->grant[w->ctx.worker];
+	struct fp_rt_worker_stats *s = w->ctx.stats;
+
+	if (!w->ctx.no_steal) {   /* running on a grant */
+		if (__atomic_load_n(&g->revoke, __ATOMIC_ACQUIRE) == s->burst_took) {
+			rt_burst_park(w, now, true);
+			return;
+		}
+		if (busy) {
+			w->idle = false;
+			return;
+		}
+		if (!w->idle) {
+			w->idle = true;
+			w->idle_since_us = now;
+		}
+		if (now - w->idle_since_us >= w->run->cfg->burst_idle_us && rt_alloc_alive(w, now))
+			rt_burst_park(w, now, false);
+		return;
+	}
+	if (rt_burst_take(w, now) || busy)
+		return;          /* granted, or frames to pass on: another round */
+	rt_sleep_fd(w, now, w->run->burst_efd[w->ctx.worker]);
+	rt_burst_take(w, rt_now_us());
+}
+
 /* ---- the loop ---- */
 
 /* One round; true when it did any work. *@batch: frames given to the stack. */
@@ -482,6 +597,12 @@ static void rt_loop(struct rt_wk *w)
 {
 	uint64_t prev_t0 = 0, slept_before = 0;
 
+	if (w->burst) {   /* it starts parked: its core is the allocator's to grant */
+		w->ctx.no_steal = true;
+		__atomic_store_n(&w->ctx.stats->burst_parked, 1, __ATOMIC_RELEASE);
+		rt_park_note(w, rt_now_us(), true);
+	}
+
 	while (!rt_ctx_stopping(&w->ctx)) {
 		uint64_t t0 = fp_rdtsc(), now = rt_now_us();
 		unsigned batch;
@@ -497,7 +618,9 @@ static void rt_loop(struct rt_wk *w)
 		rt_account(w, busy, batch, t1 - t0);
 		rt_ctl_round(&w->ctl, t1 - t0, w->last_q);
 		rt_idle_round(&w->budget, busy, t0, t1, w->run->cfg->spin_us);
-		if (busy)
+		if (w->burst)
+			rt_burst(w, now, busy);
+		else if (busy)
 			w->idle = false;
 		else
 			rt_idle(w, now);
@@ -593,6 +716,7 @@ static struct rt_wk *rt_wk_new(struct rt_run *run, unsigned worker, struct fp_de
 	w->naps = cfg->transport == FP_TRANSPORT_DPDK;
 	/* Each worker its own stream; seed 0 means "from the clock". */
 	w->rng = (cfg->seed ? cfg->seed : rt_now_us()) + worker * 0x9e3779b97f4a7c15ull;
+	w->burst = run->stats_hdr && run->burst_efd[worker] >= 0;
 	return w;
 }
 

@@ -425,6 +425,17 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 		printf(",\"slept_ns\":%llu,\"parked_ns\":%llu,\"parked\":%llu,\"parks\":%llu",
 		       (unsigned long long)w->slept_ns, (unsigned long long)w->parked_ns,
 		       (unsigned long long)w->parked, (unsigned long long)w->parks);
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, realloc_hist) +
+				 sizeof(w->realloc_hist)) {
+		printf(",\"burst\":{\"parked\":%llu,\"took\":%llu,\"grants\":%llu,\"parks\":%llu,"
+		       "\"revoked\":%llu,\"realloc_ns\":%llu,\"realloc_ns_max\":%llu",
+		       (unsigned long long)w->burst_parked, (unsigned long long)w->burst_took,
+		       (unsigned long long)w->burst_grants, (unsigned long long)w->burst_parks,
+		       (unsigned long long)w->burst_revoked, (unsigned long long)w->realloc_ns,
+		       (unsigned long long)w->realloc_ns_max);
+		json_array("realloc_hist_us", w->realloc_hist, FP_RT_REALLOC_BUCKETS);
+		putchar('}');
+	}
 	putchar('}');
 }
 

@@ -102,6 +102,11 @@ int fp_alloc_init(struct fp_alloc *a, unsigned n_cores, uint64_t seed);
  * parked; the caller's views must say so until they are granted. */
 int fp_alloc_add_app(struct fp_alloc *a, unsigned n_queues, unsigned n_workers,
 		     const uint16_t *cores);
+/* Worker @w of @app is already running on grant @grant_no (an allocator before this one
+ * granted it), or parked after it: the allocator takes that state over, and its core if
+ * running (when free; else the worker is left parked in its books). Before the first pass. */
+void fp_alloc_adopt(struct fp_alloc *a, unsigned app, unsigned w, uint64_t grant_no,
+		    bool running);
 /* One pass over the views the caller wrote: the actions, at most @max, into @out; how many.
  * At most one grant per app per pass. */
 unsigned fp_alloc_pass(struct fp_alloc *a, struct fp_alloc_act *out, unsigned max);

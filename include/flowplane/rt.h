@@ -61,6 +61,7 @@ enum fp_steer { FP_STEER_GROUPS = 0, FP_STEER_QUEUE };
 #define FP_RT_MAX_BATCH     1024
 #define FP_RT_DEFAULT_SPIN_US 200
 #define FP_RT_DEFAULT_NAP_US  100   /* dpdk: the longest nap of an idle worker */
+#define FP_RT_DEFAULT_BURST_IDLE_US 20  /* --burst: idle this long, a burstable worker parks */
 
 struct fp_rt_config {
 	enum fp_transport transport;     /* default: kernel, or xdp when @ifname is set */
@@ -94,6 +95,11 @@ struct fp_rt_config {
 	uint32_t nap_us;                 /* a device that cannot wake a sleeper (dpdk: no
 					  * receive interrupt): sleep in naps of at most this
 					  * long, rechecking the device between; 0: poll */
+	unsigned n_burst;                /* --burst K: the last K workers are burstable: they
+					  * own no flow group, steal, and run only while the
+					  * core allocator (fp-ctl alloc) grants them a core */
+	uint32_t burst_idle_us;          /* a burstable worker with nothing to do this long
+					  * parks (gives its core back) */
 	double rx_drop;                  /* fault injection: drop this fraction of received
 					  * frames before the stack (counted) */
 	double rx_reorder;               /* fault injection: hold this fraction of received

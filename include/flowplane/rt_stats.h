@@ -22,6 +22,8 @@
 #define FP_RT_LOG2_BUCKETS  32   /* bucket i counts values in [2^(i-1), 2^i), bucket 0: 0 */
 #define FP_RT_NET_MAX       96   /* room for the stack's counters (fp_net_stat_count) */
 #define FP_RT_GAP_NS        50000u /* a loop gap: rounds further apart than this (50 us) */
+#define FP_RT_STATS_MAX_WORKERS 64 /* FP_RT_MAX_WORKERS (rt.h) */
+#define FP_RT_REALLOC_BUCKETS 64  /* grant-to-running time, 1 us each; the last: 63 us+ */
 
 /* Drop reasons the runtime itself counts (the stack's are in net[]). */
 #define FP_RT_DROPS(X) \
@@ -79,6 +81,32 @@ struct fp_rt_stats_hdr {
 	 * run then moves each group whose owner differs, as owners become free, until
 	 * groups[] equals it (IX's control plane writes the NIC's whole table at once). */
 	uint16_t want[128];
+
+	/* Shenango's core allocator (fp-ctl alloc, rt/alloc.c; rt/README.md, "Burstable
+	 * workers"): with --burst K the run's last K workers are burstable. Each home
+	 * publishes its shuffle queue as two counters in alloc_q[] (put: written by the home;
+	 * taken: by whichever worker takes from it, the larger value kept), the allocator's
+	 * congestion signal. The allocator grants a burstable worker its core by writing
+	 * grant[w] (when it decided, CLOCK_MONOTONIC ns, then the grant's number, release)
+	 * and then the worker's eventfd (alloc.efd[w], a descriptor of the run's process,
+	 * which the allocator copies with pidfd_getfd); it revokes by writing the grant's
+	 * number into revoke. It bumps heartbeat every pass: workers that see it stand still
+	 * for RT_ALLOC_DEAD_MS keep their cores. */
+	struct {
+		uint32_t n_burst;             /* 0: no burstable workers */
+		uint32_t first_burst;         /* n_workers - n_burst */
+		int32_t efd[FP_RT_STATS_MAX_WORKERS];  /* per worker, -1: not burstable */
+		uint64_t heartbeat;           /* the allocator's passes */
+		int32_t pid;                  /* the allocator's, 0: none yet */
+	} alloc fp_aligned_cache;
+	struct fp_rt_alloc_q {
+		uint64_t put, taken;
+	} fp_aligned_cache alloc_q[FP_RT_STATS_MAX_WORKERS];
+	struct fp_rt_grant {
+		uint64_t no;                  /* the last grant (0: none) */
+		uint64_t decided_ns;          /* when the allocator decided it */
+		uint64_t revoke;              /* == no: park now */
+	} fp_aligned_cache grant[FP_RT_STATS_MAX_WORKERS];
 } fp_aligned_cache;
 
 enum fp_rt_cmd_op {
@@ -168,6 +196,13 @@ struct fp_rt_worker_stats {
 
 	/* --rx-reorder: frames held back and delivered after the next burst's (not dropped) */
 	uint64_t rx_reordered;
+
+	/* --burst (a burstable worker): parked now, waiting for a grant (1); the last grant it
+	 * took; grants taken, parks (idle, revoked); the time from each grant's decision to
+	 * this worker running (ns): total, largest, and per microsecond */
+	uint64_t burst_parked, burst_took, burst_grants, burst_parks, burst_revoked;
+	uint64_t realloc_ns, realloc_ns_max;
+	uint64_t realloc_hist[FP_RT_REALLOC_BUCKETS];
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

@@ -86,7 +86,7 @@ def spin(a, out):
             bnd[bname] = d["points"]
         res["bounds"][dist] = bnd
     with open(os.path.join(out, "spin.json"), "w") as f:
-        json.dump(res, f, indent=1)
+        json.dump(res, f)
 
     for dist, label in DISTS.items():
         print(f"\n#### {label}: p99.9 in us, median (min-max) of {a.seeds} seeds; "
@@ -132,7 +132,7 @@ def shift(a, out):
         res[name] = {"ms": wide, "fine": fine}
         print(f"alloc_sim: shift {name} done", file=sys.stderr)
     with open(os.path.join(out, "shift.json"), "w") as f:
-        json.dump(res, f, indent=1)
+        json.dump(res, f)
 
     print(f"\n#### Load shift 0.05 -> 0.8 -> 0.05 of 16 cores (0.08 -> 1.28 -> 0.08 Mreq/s), "
           f"{ms:g} ms each, exponential S = 10 us\n")
@@ -160,8 +160,8 @@ def main():
     ap.add_argument("--seeds", type=int, default=3, help="seeds per spin point (default 3)")
     ap.add_argument("--requests", type=int, default=200000, help="per spin point")
     ap.add_argument("--phase-ms", type=float, default=20, help="shift: each phase (ms)")
-    ap.add_argument("--vm-wake-ns", type=float, default=23000,
-                    help="this machine's grant-to-running time (ns): bench/alloc_real.py")
+    ap.add_argument("--vm-wake-ns", type=float, default=27000,
+                    help="this machine's grant-to-running time, ns (default: bench/alloc_real.py's cross-core p50 on this VM)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "alloc_sim"))
     a = ap.parse_args()

@@ -403,3 +403,17 @@ def test_starved_worker_is_named(build_dir):
         _, err = p.communicate(timeout=30)
     assert "(the default, first cores" not in err      # --cores was given
     assert "worker 0 on core 0 waited" in err and "pick free cores with --cores" in err, err
+
+
+@pytest.mark.parametrize("args", [[], ["0"], ["soon"], ["1", "2"]])
+def test_fp_batch_bad_args(build_dir, args):
+    r = run([build_dir / "bench" / "fp-batch", *args])
+    assert r.returncode == 2 and r.stderr.startswith("usage: fp-batch SECONDS"), r.stderr
+
+
+def test_fp_batch_counts_its_work(build_dir):
+    """The batch job of bench/alloc_real.py: it runs at SCHED_IDLE and says what it did."""
+    r = run([build_dir / "bench" / "fp-batch", "0.2"])
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["chunks"] > 0 and d["seconds"] >= 0.2 and d["chunks_per_s"] > 0

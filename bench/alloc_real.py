@@ -15,11 +15,12 @@ Three parts, each interleaved over --rounds rounds:
             (CLOCK_MONOTONIC across the two processes), with the allocator on the worker's
             own core (the grant is a hand-off when the allocator sleeps) and on the other
             core (a cross-core wake-up: an IPI in a VM).
-  share     the service at --rates, in three configurations: static1 (the home alone; the
+  share     the service at --rates, in four configurations: static1 (the home alone; the
             burstable worker is never granted and only hands over frames that land on its
-            queue), static2 (two workers stealing, ZygOS: both poll) and alloc (fp-ctl alloc
-            on core 1, a pass every --interval-us); fp-loadgen's p50/p99/p99.9 and validity,
-            the batch job's work, grants and grant-to-running times.
+            queue), static2 (two workers stealing, ZygOS: both poll), alloc (fp-ctl alloc
+            on core 1, a pass every --interval-us) and alloc-nobatch (the same without
+            the batch job); fp-loadgen's p50/p99/p99.9 and validity, the batch job's work,
+            grants and grant-to-running times.
 
 Markdown on stdout, every run in --out/alloc_real.json. Root (namespaces, AF_XDP).
 
@@ -41,7 +42,7 @@ from benchlib import med  # noqa: E402
 from netns import Topo, stop_process  # noqa: E402
 
 PORT = 7
-CONFS = ("static1", "static2", "alloc")
+CONFS = ("static1", "static2", "alloc", "alloc-nobatch")
 
 
 def stats(topo, build, name):
@@ -107,12 +108,15 @@ def alloc_fields(rep):
 def one(topo, build, conf, rate, a, out, tag, interval_us, alloc_core, service_us):
     """One run of the service at @rate with the batch job on core 1."""
     name = f"ar{os.getpid() % 10000}"
-    srv = start_server(topo, build, name, conf, a)
+    base = conf.split("-")[0]
+    srv = start_server(topo, build, name, base, a)
     alloc = batch = None
+    bout = None
     try:
-        if conf == "alloc":
+        if base == "alloc":
             alloc = start_alloc(topo, build, name, interval_us, alloc_core)
-        batch = batch_job(build, a.duration + 1)
+        if not conf.endswith("-nobatch"):
+            batch = batch_job(build, a.duration + 1)
         time.sleep(0.3)
         lgj = out / f"{tag}.lg.json"
         r = topo.sh(topo.cli_ns, build / "apps" / "loadgen" / "fp-loadgen", "--server",
@@ -123,8 +127,9 @@ def one(topo, build, conf, rate, a, out, tag, interval_us, alloc_core, service_u
                     lgj, check=False, timeout=a.duration + 60)
         if r.returncode:
             raise RuntimeError(f"fp-loadgen: {r.stderr[-400:]}")
-        bout, _ = batch.communicate(timeout=a.duration + 30)
-        batch = None
+        if batch:
+            bout, _ = batch.communicate(timeout=a.duration + 30)
+            batch = None
         rep = None
         if alloc:
             alloc.send_signal(2)
@@ -144,7 +149,7 @@ def one(topo, build, conf, rate, a, out, tag, interval_us, alloc_core, service_u
            "achieved_rps": p["achieved_rps"], "valid": p["valid"],
            "invalid": p.get("invalid_reasons"), "slip_p99_us": p["slip_us"]["p99"],
            "timeouts": p["timeouts"], "errors": p["errors"],
-           "batch_chunks_per_s": json.loads(bout)["chunks_per_s"],
+           "batch_chunks_per_s": json.loads(bout)["chunks_per_s"] if bout else None,
            "stolen": sum(w["sched_stolen"] for w in ws)}
     if rep:
         res.update(alloc_fields(rep))
@@ -233,8 +238,9 @@ def share(topo, build, a, out):
                 r["round"] = rnd
                 runs.append(r)
                 print(f"alloc_real: round {rnd + 1}/{a.rounds} {rate} {conf}: p99 "
-                      f"{r['p99_us']:.0f} us, batch {r['batch_chunks_per_s'] / 1e6:.2f} M/s"
-                      + (f", {r['grants']} grants" if conf == "alloc" else ""),
+                      f"{r['p99_us']:.0f} us" + (f", batch {r['batch_chunks_per_s'] / 1e6:.2f} M/s"
+                                                  if r["batch_chunks_per_s"] else "")
+                      + (f", {r['grants']} grants" if "grants" in r else ""),
                       file=sys.stderr)
     print(f"\n#### The service and the batch job on two cores (fixed {a.service_us:g} µs; the "
           f"allocator on core 1, a pass every {a.interval_us:g} µs)")
@@ -255,8 +261,9 @@ def table(runs, a):
                    med([r["p99_us"] for r in rs], "{:.0f}"),
                    med([r["p999_us"] for r in rs], "{:.0f}"),
                    f"{sum(r['valid'] for r in rs)}/{len(rs)}",
+                   "no batch job" if rs[0]["batch_chunks_per_s"] is None else
                    med([r["batch_chunks_per_s"] / 1e6 for r in rs], "{:.2f}")]
-            if conf == "alloc":
+            if conf.startswith("alloc"):
                 row += [med([r["grants"] / r["seconds"] for r in rs], "{:.0f}"),
                         med([r["realloc_p50_us"] or 0 for r in rs], "{:.0f}"),
                         med([r["realloc_p99_us"] or 0 for r in rs], "{:.0f}")]

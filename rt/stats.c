@@ -34,6 +34,10 @@ static bool rt_stats_path(const char *name, char *out, size_t outlen)
 	return true;
 }
 
+/* What identifies a segment's writer (magic .. start time): the header's fixed prefix, the
+ * same in every layout, so segments of older (smaller) layouts are recognised too. */
+#define RT_STATS_ID_BYTES offsetof(struct fp_rt_stats_hdr, net_names)
+
 static bool pid_alive(pid_t pid)
 {
 	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
@@ -54,7 +58,7 @@ static int rt_stats_reclaim(const char *path, char *err, size_t errlen)
 		n = pread(fd, &h, sizeof(h), 0);
 		close(fd);
 	}
-	if (n == (ssize_t)sizeof(h) && h.magic == FP_RT_STATS_MAGIC && h.pid != getpid() &&
+	if (n >= (ssize_t)RT_STATS_ID_BYTES && h.magic == FP_RT_STATS_MAGIC && h.pid != getpid() &&
 	    pid_alive(h.pid)) {
 		snprintf(err, errlen, "/dev/shm%s is in use by pid %d; pick another --stats NAME",
 			 path, (int)h.pid);
@@ -87,8 +91,8 @@ static bool rt_stats_abandoned(const char *name)
 	snprintf(path, sizeof(path), "/%s", name);
 	if ((fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0)) < 0)
 		return false;
-	if (pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == FP_RT_STATS_MAGIC &&
-	    h.pid != getpid() && !pid_alive(h.pid)) {
+	if (pread(fd, &h, sizeof(h), 0) >= (ssize_t)RT_STATS_ID_BYTES &&
+	    h.magic == FP_RT_STATS_MAGIC && h.pid != getpid() && !pid_alive(h.pid)) {
 		uint64_t last = h.start_unix_ns;
 		for (uint32_t i = 0; i < h.n_workers && i < FP_RT_MAX_WORKERS; i++)
 			if (pread(fd, &t, sizeof(t), h.hdr_size + (off_t)i * h.worker_size +

@@ -127,13 +127,15 @@ def test_burst_worker_granted_under_load(topo, build_dir, tmp_path):
         a = alloc(topo, build_dir, srv.stats, "--sleep", "--interval-us", "20", "--json")
         try:
             load(topo, build_dir, tmp_path, "busy")
+            # idle again, it parks while the allocator lives (one that has gone, or has
+            # stopped, leaves a running worker its core)
+            wait_for(lambda: srv.workers()[1]["burst"]["parked"] == 1, "worker 1 parks again")
         finally:
             a.send_signal(signal.SIGINT)
             out, err = a.communicate(timeout=30)
         assert a.returncode == 0, err
         rep = json.loads(out)
         (run,) = rep["runs"]
-        wait_for(lambda: srv.workers()[1]["burst"]["parked"] == 1, "worker 1 parks again")
         ws = srv.workers()
     b = ws[1]["burst"]
     assert run["grants"] > 0 and run["congested_passes"] >= run["grants"], run

@@ -500,6 +500,8 @@ struct rt_thread {
 	_Atomic pid_t ktid;               /* the kernel's id of the thread (its schedstat) */
 	uint64_t wait_ns;                 /* run-queue wait at the last starvation check */
 	uint64_t warned_us;               /* last starvation warning */
+	uint64_t run_ns, iterations;      /* time on CPU and rounds at the last check */
+	uint64_t stuck_warned_us;         /* last "one round without end" warning */
 };
 
 struct rt_start {
@@ -1116,8 +1118,9 @@ static void rt_summary(struct rt_start *s)
 		idle, stats);
 }
 
-/* Time @t's thread has spent runnable but waiting for its CPU (schedstat), or 0. */
-static uint64_t rt_thread_wait_ns(const struct rt_thread *t)
+/* Time @t's thread has spent on its CPU, and runnable but waiting for it (schedstat); 0
+ * when it cannot be read. */
+static uint64_t rt_thread_wait_ns(const struct rt_thread *t, uint64_t *run_out)
 {
 	char path[64];
 	unsigned long long run_ns, wait_ns;
@@ -1125,6 +1128,7 @@ static uint64_t rt_thread_wait_ns(const struct rt_thread *t)
 	FILE *f;
 	int n;
 
+	*run_out = 0;
 	if (!tid)
 		return 0;
 	snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)tid);
@@ -1132,7 +1136,10 @@ static uint64_t rt_thread_wait_ns(const struct rt_thread *t)
 		return 0;
 	n = fscanf(f, "%llu %llu", &run_ns, &wait_ns);
 	fclose(f);
-	return n == 2 ? wait_ns : 0;
+	if (n != 2)
+		return 0;
+	*run_out = run_ns;
+	return wait_ns;
 }
 
 /*
@@ -1147,12 +1154,43 @@ static uint64_t rt_thread_wait_ns(const struct rt_thread *t)
 #define RT_TABLE_POLL_NS   50000L    /* while a wanted table is applied */
 #define RT_STARVE_WARN_US  (10u * 1000000)
 
+/*
+ * flowplane does not preempt: a handler, or a user-level thread, that runs without
+ * returning (or yielding) holds its worker, and every other flow of that worker waits.
+ * That is detected here, not prevented: a worker that was on its CPU for a twentieth of a
+ * check's span or more (however busy the machine, a round never takes that long) without
+ * finishing a single round of its loop is named, at most every RT_STARVE_WARN_US. (A
+ * sleeping worker also finishes no round, but is not on its CPU.)
+ */
+static void rt_stuck_check(struct rt_start *s, struct rt_thread *t, unsigned i, uint64_t run_ns,
+			   uint64_t now_us, uint64_t span_us)
+{
+	const struct fp_rt_stats_hdr *h = s->run.stats_hdr;
+	uint64_t it;
+
+	if (!h || i >= h->n_workers)
+		return;
+	it = __atomic_load_n(&fp_rt_stats_worker(h, i)->iterations, __ATOMIC_RELAXED);
+	if (t->run_ns && it == t->iterations && it && run_ns - t->run_ns > span_us * 50 &&
+	    (!t->stuck_warned_us || now_us - t->stuck_warned_us >= RT_STARVE_WARN_US)) {
+		fprintf(stderr, "flowplane: worker %u has been in one round of its loop for over "
+			"%.1f s: a handler or user-level thread runs without returning or yielding "
+			"(flowplane does not preempt), and the worker's other flows wait\n", i,
+			(double)span_us / 1e6);
+		t->stuck_warned_us = now_us;
+	}
+	t->iterations = it;
+	t->run_ns = run_ns;
+}
+
 static void rt_starve_check(struct rt_start *s, uint64_t now_us, uint64_t span_us)
 {
 	for (unsigned i = 0; i < s->n_threads; i++) {
 		struct rt_thread *t = &s->threads[i];
-		uint64_t w = rt_thread_wait_ns(t), d = w - t->wait_ns;
+		uint64_t run_ns, w = rt_thread_wait_ns(t, &run_ns), d = w - t->wait_ns;
 
+		if (run_ns)
+			rt_stuck_check(s, t, i, run_ns, now_us, span_us);
 		if (!w)
 			continue;
 		if (t->wait_ns && d > span_us * 500 &&

@@ -478,3 +478,28 @@ def test_kernel_steer(build_dir, tmp_path, steer):
         assert ops == [0, 24], ops
     else:
         assert ops[0] > 0 and ops[1] > 0, ops   # all 24 by one hash: 2^-23
+
+
+def test_a_handler_that_never_returns_is_named(build_dir):
+    """No preemption (issue 19): one request that spins 3.5 s holds its worker for that long.
+    The run says which worker is stuck in one round, and serves again afterwards."""
+    import struct
+
+    port = free_port()
+    p = subprocess.Popen([str(exe(build_dir)), "spin", "--ip", HOST, "--port", str(port),
+                          "--cores", SERVER_CORE, "--stats", f"stuck{os.getpid()}"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_accepting(port, p)
+        with socket.create_connection((HOST, port), 10) as s:
+            s.settimeout(60)
+            s.sendall(struct.pack("<IIQ", 0x4E495053, 16, 3_500_000_000))
+            assert len(recv_exact(s, 16)) == 16
+            s.sendall(struct.pack("<IIQ", 0x4E495053, 16, 1000))
+            assert len(recv_exact(s, 16)) == 16
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    lines = [ln for ln in err.splitlines() if "in one round of its loop" in ln]
+    assert lines and "worker 0" in lines[0] and "does not preempt" in lines[0], err

@@ -467,7 +467,7 @@ static int make_requests(struct vs_run *r, const struct qs_dist *d)
 {
 	const struct vs_config *cfg = r->cfg;
 	struct qs_rng ra, rs, rf;
-	double t = 0, per_load = cfg->n / (cfg->mean_us * 1000.0);
+	double t = 0;
 	uint64_t cap = cfg->shift_ms > 0 ? 1024 : cfg->requests, n = 0;
 
 	qs_rng_seed(&ra, cfg->seed, 1);
@@ -477,7 +477,9 @@ static int make_requests(struct vs_run *r, const struct qs_dist *d)
 	if (!r->req)
 		return -ENOMEM;
 	for (;;) {
-		double dt = qs_rng_exp(&ra) / (load_at(cfg, t) * per_load), end = phase_end(cfg, t);
+		/* the rate as before --shift existed, to the bit: same seed, same stream */
+		double rate_per_ns = load_at(cfg, t) * cfg->n / (cfg->mean_us * 1000.0);
+		double dt = qs_rng_exp(&ra) / rate_per_ns, end = phase_end(cfg, t);
 		struct vs_req *q;
 		double sv;
 

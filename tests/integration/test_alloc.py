@@ -220,3 +220,24 @@ def test_bad_burst_configurations(topo, build_dir, extra, msg):
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and msg in lines[0], r.stderr
+
+
+def test_batch_job_on_the_pool_at_sched_idle(topo, build_dir):
+    """--batch: the batch job runs on the burstable workers' cores (here core 1) at
+    SCHED_IDLE, is stopped when the allocator ends, and its CPU time is reported."""
+    spin = build_dir / "bench" / "fp-batch"
+    cmd = f"chrt -p $$; taskset -p $$; exec {spin} 30"
+    with Server(topo, build_dir, "batch", "--burst", "1") as srv:
+        a = alloc(topo, build_dir, srv.stats, "--sleep", "--interval-us", "200", "--seconds",
+                  "1.5", "--batch", cmd, "--json")
+        out, err = a.communicate(timeout=60)
+    assert a.returncode == 0, err
+    assert "SCHED_IDLE" in err and "affinity mask: 2" in err, err
+    b = json.loads(out)["batch"]
+    assert b["pool_cores"] == 1 and b["cpu_s"] > 0 and not b["ended_by_itself"], b
+    assert 0 < b["share_of_pool"] <= 1.05, b
+    # no batch job left behind
+    assert subprocess.run(["pgrep", "-f", f"{spin} 30"], capture_output=True).returncode == 1
+    r = topo.sh(topo.srv_ns, build_dir / "ctl" / "fp-ctl", "alloc", "x", "--batch", "",
+                check=False)
+    assert r.returncode == 2 and "--batch needs a command" in r.stderr, r.stderr

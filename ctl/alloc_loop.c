@@ -85,6 +85,12 @@ static int attach(struct arun *r, int *pool, unsigned *n_pool)
 		return 1;
 	r->n_burst = __atomic_load_n(&r->h->alloc.n_burst, __ATOMIC_ACQUIRE);
 	r->first = r->h->alloc.first_burst;
+	if (r->h->n_workers > FP_RT_STATS_MAX_WORKERS || r->n_burst > FP_ALLOC_MAX_WORKERS ||
+	    r->first > FP_ALLOC_MAX_QUEUES) {   /* the segment is another process's: checked */
+		fprintf(stderr, "fp-ctl: alloc: run '%s' has a layout this fp-ctl does not know (%u "
+			"workers, %u burstable)\n", r->name, r->h->n_workers, r->n_burst);
+		return 1;
+	}
 	if (!r->n_burst || r->first + r->n_burst != r->h->n_workers) {
 		fprintf(stderr, "fp-ctl: alloc: run '%s' has no burstable workers: start it with "
 			"--sched steal --burst K\n", r->name);

@@ -795,6 +795,9 @@ static void step_wake_down(struct rt_start *s)
 	s->run.wake_fd = -1;
 }
 
+static_assert(FP_RT_STATS_MAX_WORKERS == FP_RT_MAX_WORKERS,
+	      "the segment's per-worker arrays are sized for every worker");
+
 /* Step "alloc" (--burst): an eventfd per burstable worker, by which the allocator wakes
  * it; their numbers go in the segment for the allocator to copy (pidfd_getfd). */
 static int step_alloc(struct rt_start *s)

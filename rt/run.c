@@ -574,7 +574,6 @@ static const char *rt_ip_problem(uint32_t ip, uint8_t prefix, char *owner, size_
 	return NULL;
 }
 
-/* Step "config": what every transport needs before anything is opened. */
 /* --burst K: the last K workers are burstable (rt/README.md, "Burstable workers"). They
  * steal (--sched steal) and own no flow group (xdp, groups: weight 0), so an allocator
  * can take their cores at any time; it finds them through the stats segment. */
@@ -609,6 +608,7 @@ static int config_burst(struct rt_start *s)
 	return 0;
 }
 
+/* Step "config": what every transport needs before anything is opened. */
 static int step_config(struct rt_start *s)
 {
 	struct fp_rt_config *c = &s->cfg;
@@ -798,6 +798,16 @@ static void step_wake_down(struct rt_start *s)
 static_assert(FP_RT_STATS_MAX_WORKERS == FP_RT_MAX_WORKERS,
 	      "the segment's per-worker arrays are sized for every worker");
 
+static void step_alloc_down(struct rt_start *s)
+{
+	for (unsigned i = 0; i < FP_RT_MAX_WORKERS; i++)
+		if (s->run.burst_efd[i] >= 0) {
+			close(s->run.burst_efd[i]);
+			s->run.burst_efd[i] = -1;
+		}
+	s->run.alloc_q = NULL;
+}
+
 /* Step "alloc" (--burst): an eventfd per burstable worker, by which the allocator wakes
  * it; their numbers go in the segment for the allocator to copy (pidfd_getfd). */
 static int step_alloc(struct rt_start *s)
@@ -811,9 +821,13 @@ static int step_alloc(struct rt_start *s)
 		return 0;
 	for (unsigned i = first; i < s->cfg.n_workers; i++) {
 		s->run.burst_efd[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (s->run.burst_efd[i] < 0)
-			return snprintf(s->err, sizeof(s->err), "eventfd: %s", strerror(errno)),
-			       -errno;
+		if (s->run.burst_efd[i] < 0) {
+			int err = -errno;
+
+			snprintf(s->err, sizeof(s->err), "eventfd: %s", strerror(-err));
+			step_alloc_down(s);   /* a failing step undoes itself */
+			return err;
+		}
 	}
 	s->run.burst_first = first;
 	if (h) {
@@ -824,16 +838,6 @@ static int step_alloc(struct rt_start *s)
 		s->run.alloc_q = h->alloc_q;
 	}
 	return 0;
-}
-
-static void step_alloc_down(struct rt_start *s)
-{
-	for (unsigned i = 0; i < FP_RT_MAX_WORKERS; i++)
-		if (s->run.burst_efd[i] >= 0) {
-			close(s->run.burst_efd[i]);
-			s->run.burst_efd[i] = -1;
-		}
-	s->run.alloc_q = NULL;
 }
 
 /* Step "signals": workers inherit a mask without SIGINT/SIGTERM; the main thread reads

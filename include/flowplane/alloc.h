@@ -8,14 +8,15 @@
  * Every pass (Shenango: every 5 µs) the caller writes what it sees into the apps' queue and
  * worker views and calls fp_alloc_pass(), which says what to do: grant a worker its core, or
  * revoke one. The same code decides in fp-vsim's virtual world (tools/vsim) and in a real
- * loop; what a grant or a revoke is (an event in virtual time, a word in shared memory and
- * a futex wake) belongs to the caller.
+ * loop; what a grant or a revoke is (an event in virtual time; numbers in the runs' stats
+ * segments and an eventfd write, ctl/alloc_loop.c) belongs to the caller.
  *
  * An app is a flowplane run: its homes (Shenango's guaranteed cores) always poll: they own
  * the flow groups, receive the frames and run the stack. Its burstable workers own nothing
  * and work only by stealing from the homes' shuffle queues (ZygOS's layer); each is pinned
  * to a core of the pool this allocator shares out. A burstable worker that finds nothing
- * to do for a couple of µs parks itself and its core goes to the batch work; the
+ * to do for a while (Shenango: a couple of µs; the runtime's --burst-idle-us, 20 by
+ * default) parks itself and its core goes to the batch work; the
  * allocator grants it back when its app is congested. Differences from Shenango: the homes
  * never park (Shenango parks guaranteed cores too, and its IOKernel re-steers their
  * packets), and burstable workers steal ready flows, not packets.

@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import pathlib
-import statistics
 import subprocess
 import sys
 import time
@@ -187,8 +186,8 @@ def passcost(topo, build, a, out):
     for iv in [None, *a.pass_intervals]:
         rs = [r for r in runs if r["interval_us"] == iv]
         if iv is None:
-            print(f"| none | – | – | {med([r['batch_chunks_per_s'] / 1e6 for r in rs], '{:.2f}')}"
-                  f" | 1 |")
+            alone = med([r["batch_chunks_per_s"] / 1e6 for r in rs], "{:.2f}")
+            print(f"| none | – | – | {alone} | 1 |")
             continue
         print(f"| a pass every {iv:g} µs, sleeping between | "
               f"{med([r['passes_per_s'] for r in rs], '{:.0f}')} | "

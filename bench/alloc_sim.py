@@ -161,7 +161,8 @@ def main():
     ap.add_argument("--requests", type=int, default=200000, help="per spin point")
     ap.add_argument("--phase-ms", type=float, default=20, help="shift: each phase (ms)")
     ap.add_argument("--vm-wake-ns", type=float, default=27000,
-                    help="this machine's grant-to-running time, ns (default: bench/alloc_real.py's cross-core p50 on this VM)")
+                    help="this machine's grant-to-running time, ns (default: bench/alloc_real.py's "
+                         "cross-core p50 on this VM)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "alloc_sim"))
     a = ap.parse_args()

@@ -14,6 +14,9 @@ and split by the source file each instruction came from, inlined code by its own
 
     sudo .venv/bin/python bench/request_cost.py [--apps echo,kv] [--window 5] [--out DIR]
 
+--apps echo-threads,kv-threads: the same servers written with user-level threads and
+blocking sockets (issue 19), their thread code a layer of its own.
+
 Writes DIR/request_cost.json and DIR/request_cost.md (default results/request_cost/).
 """
 import argparse
@@ -43,12 +46,19 @@ LAYERS = [
     ("buffers, rings, timers (base/)",
      lambda o, f, fn: "/base/" in f or re.search(r"flowplane/(pool|mbuf|ring|timer|hist|"
                                                  r"clock|compiler|counters)\.h", f)),
+    ("user-level threads (rt/thread.c, tsock.c; apps/kv/tkv.c, apps/echo/tserver.c)",
+     lambda o, f, fn: re.search(r"/rt/(thread|tsock)\.c|thread_switch\.S|/apps/kv/tkv\.c|"
+                                r"/apps/echo/tserver\.c|flowplane/(thread|tsock)\.h", f)
+     or fn.startswith("fp_uctx_")),
     ("runtime (rt/: loop, evl, calls)", lambda o, f, fn: "/rt/" in f
      or re.search(r"flowplane/(rt|evl|api|rt_stats|shuffle)\.h", f)),
     ("application (apps/)", lambda o, f, fn: "/apps/" in f),
     ("libc (memcpy, ...)", lambda o, f, fn: "libc.so" in o or "libc" in f.split("/")[-1]),
 ]
-MARKER = {"echo": "srv_read", "kv": "process_line"}
+# each app's per-request function; the -threads apps are the same servers written with
+# user-level threads (fp-echo server --threads, fp-kv --style threads)
+MARKER = {"echo": "srv_read", "kv": "process_line", "echo-threads": "fp_tsock_write",
+          "kv-threads": "process_line"}
 
 
 def layer_of(obj, fil, fn):
@@ -141,14 +151,15 @@ def one(app, a, build, tmp):
     cli_rt = ["--cores", "1", "--stats", "none", "--dpdk", m.format("client"),
               "--ip", "10.99.0.2/24"]
     run_s = a.settle + a.window + 4
-    if app == "echo":
+    if app.startswith("echo"):
         exe = str(build / "apps" / "echo" / "fp-echo")
-        srv = [exe, "server", *srv_rt]
+        srv = [exe, "server", *(["--threads"] if app == "echo-threads" else []), *srv_rt]
         cli = [exe, "client", "--server", "10.99.0.1", "--conns", str(a.conns), "--size", "64",
                "--rounds", "0", "--duration", str(run_s), "--warmup", "0", "--idle", "poll",
                *cli_rt]
     else:
-        srv = [str(build / "apps" / "kv" / "fp-kv"), "-m", "256", "-t", "1", "-U", "0", *srv_rt]
+        srv = [str(build / "apps" / "kv" / "fp-kv"), "-m", "256", "-t", "1", "-U", "0",
+               *(["--style", "threads"] if app == "kv-threads" else []), *srv_rt]
         cli = [str(build / "apps" / "loadgen" / "fp-loadgen"), "--server", "10.99.0.1",
                "--workload", "usr", "--conns", str(a.conns), "--closed", "1", "--duration",
                str(run_s), "--warmup", "0", "--idle", "poll", "--quiet", *cli_rt]
@@ -222,7 +233,8 @@ def table(r):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--apps", default="echo,kv", help="echo, kv or both (default both)")
+    ap.add_argument("--apps", default="echo,kv", help="comma-separated: echo, kv, "
+                    "echo-threads, kv-threads (default echo,kv)")
     ap.add_argument("--conns", type=int, default=16, help="client connections, one request "
                     "in flight each (default 16)")
     ap.add_argument("--settle", type=float, default=4.0, help="seconds of load before the "
@@ -236,7 +248,7 @@ def main():
     a = ap.parse_args()
     apps = [x for x in a.apps.split(",") if x]
     if not apps or any(x not in MARKER for x in apps):
-        ap.error("--apps takes echo, kv or echo,kv")
+        ap.error(f"--apps takes a comma-separated list of {', '.join(MARKER)}")
     if os.geteuid() != 0:
         sys.exit("request_cost: needs root (DPDK's EAL): run it with sudo")
     for tool in ("valgrind", "callgrind_control"):

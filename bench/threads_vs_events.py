@@ -9,6 +9,11 @@ peer: a Linux thread per connection on blocking Linux sockets (`--pthreads`); is
 --service-us, open loop, 16 connections) at --rates; per rate: achieved, p50, p99, and the
 server's CPU per request.
 
+--workload kv: fp-kv (event callbacks) against `fp-kv --style threads` (the same protocol
+code, a user-level thread per connection, apps/kv/tkv.c), with memcached 1.6 -t 1 (libevent,
+event callbacks in C) as the peer, driven by fp-loadgen (memcache, mutilate's USR workload,
+open loop, 16 connections) at --rates: the cost of each style per request.
+
 Loopback, kernel transport, the server on core 0, `fp-echo client` (IX's echo benchmark:
 16 connections, 64-byte messages, each connection reset and replaced after 1024 round
 trips, so accepts and thread spawns are part of it) on core 1; the two servers interleaved
@@ -32,6 +37,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODES = ("events", "threads", "pthreads")
+KV_MODES = ("events", "threads", "memcached")
 STYLE = {"events": [], "threads": ["--threads"], "pthreads": ["--pthreads"]}
 
 
@@ -66,6 +72,29 @@ def start(build, cmd, mode):
             time.sleep(0.05)
 
 
+def start_kv(build, mode):
+    """fp-kv in @mode's style, or memcached, on core 0 (-t 1), once it accepts: (proc, port)."""
+    port = free_port()
+    if mode == "memcached":
+        argv = ["taskset", "-c", "0", "memcached", "-u", "root", "-U", "0", "-t", "1",
+                "-l", "127.0.0.1", "-p", str(port)]
+    else:
+        argv = [str(build / "apps" / "kv" / "fp-kv"), "--style", mode, "-t", "1",
+                "--net", "kernel", "-l", "127.0.0.1", "-p", str(port), "-U", "0",
+                "--stats", "none", "--cores", "0"]
+    srv = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            return srv, port
+        except OSError:
+            if time.time() > deadline or srv.poll() is not None:
+                srv.kill()
+                sys.exit(f"threads_vs_events: {mode} kv server did not start")
+            time.sleep(0.05)
+
+
 def one(build, mode, a, out):
     exe = str(build / "apps" / "echo" / "fp-echo")
     srv, port = start(build, "server", mode)
@@ -92,18 +121,23 @@ def one(build, mode, a, out):
 
 
 def one_spin(build, mode, a, out):
-    srv, port = start(build, "spin", mode)
+    """Spin (or, with --workload kv, memcache USR) at each of --rates against @mode's server."""
+    if a.workload == "kv":
+        srv, port = start_kv(build, mode)
+        proto = ["--proto", "memcache", "--workload", "usr"]
+    else:
+        srv, port = start(build, "spin", mode)
+        proto = ["--proto", "spin", "--service", f"fixed:{a.service_us}us"]
     pts = []
     try:
         for rate in a.rates.split(","):
-            js = out / f"spin_{mode}_{rate}.json"
+            js = out / f"{a.workload}_{mode}_{rate}.json"
             c0 = cpu_s(srv.pid)
             r = subprocess.run([str(build / "apps" / "loadgen" / "fp-loadgen"), "--server",
-                                f"127.0.0.1:{port}", "--proto", "spin", "--service",
-                                f"fixed:{a.service_us}us", "--rate", rate, "--duration",
+                                f"127.0.0.1:{port}", *proto, "--rate", rate, "--duration",
                                 str(a.duration), "--warmup", "0.5", "--conns", "16",
                                 "--cores", "1", "--quiet", "--json", str(js)],
-                               capture_output=True, text=True, timeout=a.duration + 30)
+                               capture_output=True, text=True, timeout=a.duration + 60)
             c1 = cpu_s(srv.pid)
             if r.returncode:
                 sys.exit(f"threads_vs_events: fp-loadgen failed: {r.stderr[-300:]}")
@@ -118,10 +152,11 @@ def one_spin(build, mode, a, out):
     return {"mode": mode, "points": pts, "server_exit": srv.returncode}
 
 
-def spin_table(runs, a):
-    lines = ["| server | rate | achieved | p50 µs | p99 µs | server CPU ns/request "
-             "(includes the spin) | invalid points |", "|---|---|---|---|---|---|---|"]
-    for mode in MODES:
+def spin_table(runs, a, modes):
+    what = " (includes the spin)" if a.workload == "spin" else ""
+    lines = [f"| server | rate | achieved | p50 µs | p99 µs | server CPU ns/request{what} "
+             "| invalid points |", "|---|---|---|---|---|---|---|"]
+    for mode in modes:
         for i, rate in enumerate(a.rates.split(",")):
             ps = [r["points"][i] for r in runs if r["mode"] == mode]
             lines.append(f"| {mode} | {rate} | {mm([p['achieved_rps'] for p in ps], '{:,.0f}')} | "
@@ -142,27 +177,32 @@ def main():
     ap.add_argument("--duration", type=float, default=3)
     ap.add_argument("--build", default=str(ROOT / "build" / "release"))
     ap.add_argument("--out", default=str(ROOT / "results" / "threads_vs_events"))
-    ap.add_argument("--workload", choices=("echo", "spin"), default="echo")
-    ap.add_argument("--rates", default="20k,50k,70k", help="spin: fp-loadgen rates")
+    ap.add_argument("--workload", choices=("echo", "spin", "kv"), default="echo")
+    ap.add_argument("--rates", help="spin and kv: fp-loadgen rates (default spin "
+                    "20k,50k,70k; kv 20k,60k,100k)")
     ap.add_argument("--service-us", type=float, default=10, help="spin: service time")
     a = ap.parse_args()
     build, out = pathlib.Path(a.build), pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
-    if a.workload == "spin":
+    if a.workload in ("spin", "kv"):
+        modes = KV_MODES if a.workload == "kv" else MODES
+        a.rates = a.rates or ("20k,60k,100k" if a.workload == "kv" else "20k,50k,70k")
         for r in range(a.rounds):
-            for mode in MODES:
+            for mode in modes:
                 res = one_spin(build, mode, a, out)
                 res["round"] = r + 1
                 print(json.dumps(res), flush=True)
                 runs.append(res)
         date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        (out / "spin_threads_vs_events.json").write_text(json.dumps({"date": date,
-                                                                     "runs": runs}, indent=1))
+        name = f"{a.workload}_threads_vs_events"
+        (out / f"{name}.json").write_text(json.dumps({"date": date, "runs": runs}, indent=1))
+        load = (f"spin fixed {a.service_us} us" if a.workload == "spin" else
+                "memcache USR, 16 connections")
         lines = [f"{date}, `bench/threads_vs_events.py {' '.join(sys.argv[1:])}`, "
-                 f"{os.cpu_count()} vCPUs; spin fixed {a.service_us} us; median (min-max) of "
-                 f"{a.rounds} interleaved rounds", ""] + spin_table(runs, a)
-        (out / "spin_threads_vs_events.md").write_text("\n".join(lines) + "\n")
+                 f"{os.cpu_count()} vCPUs; {load}; median (min-max) of "
+                 f"{a.rounds} interleaved rounds", ""] + spin_table(runs, a, modes)
+        (out / f"{name}.md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
         return
     for r in range(a.rounds):

@@ -61,6 +61,16 @@ unsigned fp_tapp_worker(void)
 	return fp_ctx_worker(fp_evl_ctx(need_tw("fp_tapp_worker")->evl));
 }
 
+void fp_tapp_count(uint64_t requests, uint64_t errors)
+{
+	fp_ctx_count(fp_evl_ctx(need_tw("fp_tapp_count")->evl), requests, errors);
+}
+
+size_t fp_tapp_out_total(void)
+{
+	return fp_evl_out_total(need_tw("fp_tapp_out_total")->evl);
+}
+
 void fp_tapp_stop(int status)
 {
 	fp_ctx_stop(fp_evl_ctx(need_tw("fp_tapp_stop")->evl), status);
@@ -277,7 +287,7 @@ static void ts_closed(struct fp_evl_conn *c, int status)
 	wake(&s->writer);
 }
 
-static const struct fp_evl_ops ts_ops = {
+static const struct fp_evl_ops ts_ops_default = {
 	.accept = ts_accept,
 	.read = ts_read,
 	.drained = ts_drained,
@@ -292,7 +302,11 @@ int fp_tapp_run(const struct fp_rt_config *cfg, const struct fp_tapp *app)
 {
 	struct fp_app a;
 
-	fp_evl_app(&a, &ts_ops, (void *)app);
+	struct fp_evl_ops ops = ts_ops_default;   /* lives as long as fp_rt_run */
+
+	ops.max_pending = app->max_pending;
+	ops.max_total_pending = app->max_total_pending;
+	fp_evl_app(&a, &ops, (void *)app);
 	a.name = app->name;
 	return fp_rt_run(cfg, &a);
 }
@@ -377,6 +391,54 @@ ssize_t fp_tsock_write(struct fp_tsock *s, const void *buf, size_t len)
 		fp_thread_block();
 	}
 	return (ssize_t)len;
+}
+
+size_t fp_tsock_room(const struct fp_tsock *s)
+{
+	return s->err || !s->c ? 0 : fp_evl_room(s->c);
+}
+
+size_t fp_tsock_pending(const struct fp_tsock *s)
+{
+	return s->err || !s->c ? 0 : fp_evl_pending(s->c);
+}
+
+int fp_tsock_try_writev(struct fp_tsock *s, const struct iovec *iov, unsigned n)
+{
+	need_tw("fp_tsock_try_writev");
+	if (s->err || !s->c)
+		return -EPIPE;
+	return fp_evl_writev(s->c, iov, n);
+}
+
+int fp_tsock_wait_drained(struct fp_tsock *s)
+{
+	need_tw("fp_tsock_wait_drained");
+	while (s->c && !s->err && fp_evl_pending(s->c)) {
+		s->writer = fp_thread_self();   /* evl's drained wakes it */
+		fp_thread_block();
+	}
+	return s->c && !s->err ? 0 : -EPIPE;
+}
+
+void fp_tsock_peer(const struct fp_tsock *s, uint32_t *addr, uint16_t *port)
+{
+	*addr = s->c ? fp_evl_conn_raddr(s->c) : 0;
+	*port = s->c ? fp_evl_conn_rport(s->c) : 0;
+}
+
+void fp_tsock_abort(struct fp_tsock *s)
+{
+	need_tw("fp_tsock_abort");
+	if (s->c) {
+		fp_evl_conn_set_user(s->c, NULL);
+		fp_evl_abort(s->c);   /* evl forgets it: no callback follows */
+		s->c = NULL;
+	}
+	if (!s->err)
+		s->err = -ECONNABORTED;
+	wake(&s->reader);
+	wake(&s->writer);
 }
 
 void fp_tsock_close(struct fp_tsock *s)

@@ -16,6 +16,7 @@
 #include <flowplane/rt.h>
 
 #include "proto.h"
+#include "tkv.h"
 
 /*
  * One store, created here before fp_rt_run and shared by every worker; one kv_conn per
@@ -38,6 +39,9 @@
 #define KV_TRIM_AFTER     3        /* and the seconds it is repeated after the last such */
 #define KV_MAX_TOTAL_PENDING (64u << 20) /* output of all connections, shared by workers */
 #define OPT_RT_BASE       FP_RT_OPT_BASE   /* getopt value of runtime option i */
+#define OPT_STYLE         900              /* --style: long only (memcached's letters) */
+
+enum kv_style { KV_STYLE_EVENTS, KV_STYLE_THREADS };
 
 struct kv_main {
 	struct fp_rt_config rt;
@@ -47,6 +51,7 @@ struct kv_main {
 	struct fp_evl_ops ops;
 	atomic_uint conns;           /* live connections, against -c */
 	bool ip_set;                 /* --ip given: -l does not override it */
+	enum kv_style style;
 	const char *listen;
 };
 
@@ -321,6 +326,9 @@ static const char usage[] =
 	"  -o, --extended=LIST        hashpower=N (others are accepted and ignored)\n"
 	"  -u, --user=USER            accepted for compatibility (no privilege drop)\n"
 	"  -R, --max-reqs-per-event=N accepted for compatibility (answers go out per 20)\n"
+	"      --style=events|threads how the server is written: event callbacks (default),\n"
+	"                             or a user-level thread per connection with blocking\n"
+	"                             sockets (the same protocol code; issue 19's comparison)\n"
 	"  -v, --verbose              -v connections that die, -vv every close by fp-kv\n"
 	"  -V, --version              print the version and exit\n"
 	"  -h, --help                 print this help and exit\n";
@@ -342,6 +350,7 @@ static const struct option own_opts[] = {
 	{ "extended", required_argument, NULL, 'o' },
 	{ "user", required_argument, NULL, 'u' },
 	{ "max-reqs-per-event", required_argument, NULL, 'R' },
+	{ "style", required_argument, NULL, OPT_STYLE },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
@@ -462,6 +471,14 @@ static void take_opt(struct kv_main *m, int c, const char *val)
 	case 'F': m->set.flush_enabled = false; break;
 	case 'o': parse_extended(m, val); break;
 	case 'R': parse_u64("-R", val, 1, 1u << 20); break;
+	case OPT_STYLE:
+		if (!strcmp(val, "events"))
+			m->style = KV_STYLE_EVENTS;
+		else if (!strcmp(val, "threads"))
+			m->style = KV_STYLE_THREADS;
+		else
+			usage_error("--style: '%s' is not events or threads", val);
+		break;
 	case 'v': m->proto.verbose++; break;
 	case 'V': printf("fp-kv %s (memcached %s protocol)\n", KV_VERSION, KV_VERSION); exit(0);
 	case 'h':
@@ -609,9 +626,19 @@ int main(int argc, char **argv)
 		m.proto.verbose = verbose;
 	}
 	m.proto.started_unix = (uint64_t)time(NULL);
-	fp_evl_app(&app, &m.ops, &m);
-	app.name = "fp-kv";
-	rc = fp_rt_run(&m.rt, &app);
+	if (m.style == KV_STYLE_THREADS) {
+		struct kv_tkv_config tc = {
+			.rt = &m.rt, .proto = &m.proto, .port = m.set.tcpport,
+			.maxconns = m.set.maxconns, .conns = &m.conns,
+			.max_pending = m.ops.max_pending,
+			.max_total_pending = m.ops.max_total_pending,
+		};
+		rc = kv_threads_run(&tc);
+	} else {
+		fp_evl_app(&app, &m.ops, &m);
+		app.name = "fp-kv";
+		rc = fp_rt_run(&m.rt, &app);
+	}
 	kv_proto_fini(&m.proto);
 	kv_store_destroy(store);
 	return rc ? 1 : 0;

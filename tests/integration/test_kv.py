@@ -266,9 +266,9 @@ for addr in sys.argv[2:]:
 
 class XdpPair:
     """memcached (kernel address) and fp-kv (AF_XDP address) in the server namespace, with
-    the same flags; stopped on exit."""
+    the same flags (and @fp_flags for fp-kv alone); stopped on exit."""
 
-    def __init__(self, topo, fpkv, memcached, flags):
+    def __init__(self, topo, fpkv, memcached, flags, fp_flags=()):
         self.topo = topo
         self.a = f"{topo.srv_ip}:{XDP_PORT}"
         self.b = f"{topo.fp_srv_ip}:{XDP_PORT}"
@@ -278,7 +278,7 @@ class XdpPair:
                 memcached, "-u", "root", "-U", "0", "-l", topo.srv_ip, "-p", XDP_PORT, *flags]))
             self.servers.append(NsServer(topo, topo.srv_ns, [
                 fpkv, "-p", XDP_PORT, "-U", "0", *flags, "--net", "xdp", "--if", topo.srv_if,
-                "--ip", f"{topo.fp_srv_ip}/24", "--cores", "0", "--stats", "none"]))
+                "--ip", f"{topo.fp_srv_ip}/24", "--cores", "0", "--stats", "none", *fp_flags]))
             r = topo.sh(topo.cli_ns, sys.executable, "-c", WAIT_READY, "20", self.a, self.b,
                         check=False, timeout=60)
             if r.returncode != 0:
@@ -369,9 +369,9 @@ def test_connection_storm_memory_xdp(topo, fpkv):
 
 @need_root
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
-def test_conformance_xdp(topo, fpkv, memcached, script):
+def test_conformance_xdp(topo, fpkv, memcached, script, fp_flags=()):
     flags = kvdiff.load_script(script).flags
-    with XdpPair(topo, fpkv, memcached, flags) as pair:
+    with XdpPair(topo, fpkv, memcached, flags, fp_flags) as pair:
         r = topo.sh(topo.cli_ns, sys.executable, str(kvdiff.HERE / "kvdiff.py"), "--a", pair.a,
                     "--b", pair.b, "--script", str(script), "-q", check=False, timeout=170)
     assert r.returncode == 0, (f"fp-kv (xdp) differs from memcached (kvdiff exit "
@@ -1253,7 +1253,7 @@ def test_stats_segment_counts_requests(fpkv, build_dir):
     (issue 16, item 12: app_ops never moved)."""
     import uuid
     name = f"kvops-{uuid.uuid4().hex[:8]}"
-    cmd = [fpkv, "--net", "kernel", "-l", "127.0.0.1", "-U", "0", "--stats", name]
+    cmd = [a if a != "none" else name for a in fpkv_kernel(fpkv)]
     with Started(cmd, ["-t", "1"]) as srv:
         c = Conn(srv.host, srv.port)
         try:

@@ -42,7 +42,7 @@ enum thread_state { T_READY, T_RUNNING, T_BLOCKED, T_SLEEPING, T_DEAD };
 
 struct fp_thread {
 	void *sp;                     /* saved stack pointer while switched out */
-	struct fp_tsched *s;
+	struct fp_tsched *s;          /* its home: where it blocks, sleeps, locks, ends */
 	struct fp_thread *next;       /* run queue, or one wait queue */
 	fp_thread_fn fn;
 	void *arg, *ret;
@@ -69,6 +69,16 @@ struct fp_tsched {
 	unsigned n_cache, cap_cache;
 	size_t stack_size, map_size, page;
 	uint64_t switches;
+	/* Stealing (fp_tsched_set_stealable): the run queue under @lock, so that other
+	 * schedulers take ready threads from it, and threads that ran elsewhere come back
+	 * through @in_head (the home runs those first; nobody steals them). */
+	bool stealable;
+	int lock;
+	struct fp_thread *in_head, *in_tail;
+	uint64_t put, taken;          /* run queue pushes and pops, by anyone */
+	uint64_t stolen, came_home;   /* threads this one took from others; of its own, returns */
+	struct fp_thread *handoff;    /* a visitor that asked to go home (its home's inbox) */
+	struct fp_thread *requeue;    /* yielded: queued once off its stack (after_switch) */
 #ifdef FP_ASAN
 	const void *main_bottom;      /* the OS thread's stack, for ASan's fiber switches */
 	size_t main_size;
@@ -81,6 +91,18 @@ void fp__uctx_entry(void);
 void fp__thread_main(struct fp_thread *t) __attribute__((noreturn));
 
 static __thread struct fp_tsched *tls_sched;
+
+/*
+ * A stolen thread resumes on another OS thread than the one it switched out on, so a
+ * function that switches must not reuse a thread-local address computed before the
+ * switch (the compiler may keep one in a register across a call). Reads of tls_sched
+ * that can follow a switch go through this function, which the compiler cannot merge.
+ */
+static __attribute__((noinline)) struct fp_tsched *sched_here(void)
+{
+	__asm__ volatile("" ::: "memory");
+	return tls_sched;
+}
 
 /* ---- guard pages: an overflow is named, not silent ---- */
 
@@ -217,6 +239,8 @@ static void do_switch(struct fp_tsched *s, void **save, void *to_sp, const void 
 }
 
 /* Right after a context resumes (on its own stack): ASan's side, and the dead to recycle. */
+static void runq_push(struct fp_tsched *s, struct fp_thread *t);
+
 static void after_switch(struct fp_tsched *s, void *fake)
 {
 #ifdef FP_ASAN
@@ -228,6 +252,10 @@ static void after_switch(struct fp_tsched *s, void *fake)
 		recycle(s, s->reap);
 		s->reap = NULL;
 	}
+	if (s->requeue) {   /* a thief may take it now: it is off its stack */
+		runq_push(s, s->requeue);
+		s->requeue = NULL;
+	}
 }
 
 static const void *stack_bottom(const struct fp_tsched *s, const struct fp_thread *t)
@@ -235,23 +263,67 @@ static const void *stack_bottom(const struct fp_tsched *s, const struct fp_threa
 	return (const char *)t->map + s->page;
 }
 
+static void sched_lock(struct fp_tsched *s)
+{
+	while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(&s->lock, __ATOMIC_RELAXED))
+			__builtin_ia32_pause();
+}
+
+static void sched_unlock(struct fp_tsched *s)
+{
+	__atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
+}
+
+static void list_push(struct fp_thread **head, struct fp_thread **tail, struct fp_thread *t)
+{
+	t->next = NULL;
+	if (*tail)
+		(*tail)->next = t;
+	else
+		*head = t;
+	*tail = t;
+}
+
+static struct fp_thread *list_pop(struct fp_thread **head, struct fp_thread **tail)
+{
+	struct fp_thread *t = *head;
+
+	if (t && !(*head = t->next))
+		*tail = NULL;
+	return t;
+}
+
 static void runq_push(struct fp_tsched *s, struct fp_thread *t)
 {
 	t->state = T_READY;
-	t->next = NULL;
-	if (s->tail)
-		s->tail->next = t;
-	else
-		s->head = t;
-	s->tail = t;
+	if (s->stealable)
+		sched_lock(s);
+	list_push(&s->head, &s->tail, t);
+	s->put++;
+	if (s->stealable)
+		sched_unlock(s);
 }
 
+/* The home's next thread: one that came back first, then the run queue. */
 static struct fp_thread *runq_pop(struct fp_tsched *s)
 {
-	struct fp_thread *t = s->head;
+	struct fp_thread *t;
 
-	if (t && !(s->head = t->next))
-		s->tail = NULL;
+	if (!s->stealable) {
+		if ((t = list_pop(&s->head, &s->tail)))
+			s->taken++;
+		return t;
+	}
+	if (!__atomic_load_n(&s->in_head, __ATOMIC_RELAXED) &&
+	    !__atomic_load_n(&s->head, __ATOMIC_RELAXED))
+		return NULL;
+	sched_lock(s);
+	if ((t = list_pop(&s->in_head, &s->in_tail)))
+		s->came_home++;
+	else if ((t = list_pop(&s->head, &s->tail)))
+		s->taken++;
+	sched_unlock(s);
 	return t;
 }
 
@@ -268,7 +340,8 @@ static void switch_away(struct fp_tsched *s)
 #ifdef FP_ASAN
 	fakep = &me->fake_stack;
 #endif
-	if (next == me) {   /* it yielded and was alone */
+	if (next == me || (!next && s->requeue == me)) {   /* it yielded and was alone */
+		s->requeue = NULL;
 		me->state = T_RUNNING;
 		return;
 	}
@@ -284,19 +357,52 @@ static void switch_away(struct fp_tsched *s)
 		do_switch(s, &me->sp, s->sp, NULL, dying, fakep);
 #endif
 	}
-	/* resumed: s->cur is me again */
+	/* resumed: ->cur is me again, on this scheduler or (stolen) on another's */
 #ifdef FP_ASAN
 	fake = me->fake_stack;
 #endif
-	after_switch(s, fake);
+	after_switch(sched_here(), fake);
+}
+
+/*
+ * A visitor (a thread stolen from another scheduler) goes back to its home: it switches
+ * to this scheduler's own context, which queues it in the home's inbox once it is off
+ * its stack (fp_tsched_steal); the home resumes it here.
+ */
+static void go_home(struct fp_tsched *s, struct fp_thread *me)
+{
+	void *fake = NULL, **fakep = NULL;
+
+#ifdef FP_ASAN
+	fakep = &me->fake_stack;
+	s->handoff = me;
+	s->cur = NULL;
+	do_switch(s, &me->sp, s->sp, s->main_bottom, false, fakep);
+	fake = me->fake_stack;
+#else
+	s->handoff = me;
+	s->cur = NULL;
+	do_switch(s, &me->sp, s->sp, NULL, false, fakep);
+#endif
+	after_switch(sched_here(), fake);   /* at home now */
+}
+
+void fp_thread_home(void)
+{
+	struct fp_tsched *s = sched_here();
+	struct fp_thread *me = s ? s->cur : NULL;
+
+	if (me && me->s != s)
+		go_home(s, me);
 }
 
 void fp__thread_main(struct fp_thread *t)
 {
 	struct fp_tsched *s = t->s;
 
-	after_switch(s, NULL);
+	after_switch(sched_here(), NULL);   /* (a thief may run a new thread first) */
 	t->ret = t->fn(t->arg);
+	fp_thread_home();                   /* it ends at home: its joiner and its stack */
 	t->state = T_DEAD;
 	if (t->joiner) {
 		runq_push(s, t->joiner);
@@ -327,7 +433,8 @@ static void *map_stack(struct fp_tsched *s)
 
 struct fp_thread *fp_thread_spawn(struct fp_tsched *s, fp_thread_fn fn, void *arg)
 {
-	if (!s && !(s = tls_sched)) {
+	fp_thread_home();
+	if (!s && !(s = sched_here())) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -363,9 +470,18 @@ void fp_thread_yield(void)
 {
 	struct fp_tsched *s = tls_sched;
 
-	if (!s || !s->cur || !s->head)
+	if (s && s->cur && s->cur->s != s) {
+		go_home(s, s->cur);   /* a visitor yields by going home */
+		return;
+	}
+	if (!s || !s->cur || !__atomic_load_n(&s->head, __ATOMIC_RELAXED))
 		return;   /* nobody else ready: go on */
-	runq_push(s, s->cur);
+	if (s->stealable) {   /* queued only once off its stack: a thief could run it */
+		s->cur->state = T_READY;
+		s->requeue = s->cur;
+	} else {
+		runq_push(s, s->cur);
+	}
 	switch_away(s);
 }
 
@@ -373,12 +489,16 @@ void fp_thread_yield(void)
  * caller, stopped with one line rather than a crash somewhere later. */
 static struct fp_tsched *need_thread(const char *fn)
 {
-	struct fp_tsched *s = tls_sched;
+	struct fp_tsched *s = sched_here();
 
 	if (!s || !s->cur) {
 		fprintf(stderr, "flowplane: %s called outside a user-level thread (it blocks: call "
 			"it from a thread that fp_tsched_run runs)\n", fn);
 		abort();
+	}
+	if (s->cur->s != s) {   /* a visitor blocks at home */
+		go_home(s, s->cur);
+		s = sched_here();
 	}
 	return s;
 }
@@ -405,6 +525,7 @@ void *fp_thread_join(struct fp_thread *t)
 		need_thread("fp_thread_join");
 		t->joiner = s->cur;
 		block(s);
+		fp_thread_home();   /* (woken, it may have been stolen) */
 	}
 	ret = t->ret;
 	recycle(s, t);
@@ -413,6 +534,7 @@ void *fp_thread_join(struct fp_thread *t)
 
 void fp_thread_detach(struct fp_thread *t)
 {
+	fp_thread_home();
 	if (t->state == T_DEAD)
 		recycle(t->s, t);
 	else
@@ -498,6 +620,7 @@ void fp_thread_block(void)
 
 void fp_thread_wake(struct fp_thread *t)
 {
+	fp_thread_home();
 	if (t->state == T_BLOCKED)
 		wake(t->s, t);
 }
@@ -575,29 +698,76 @@ unsigned fp_tsched_run(struct fp_tsched *s)
 	return s->n_blocked;
 }
 
+/* ---- stealing between schedulers ---- */
+
+void fp_tsched_set_stealable(struct fp_tsched *s, bool on)
+{
+	s->stealable = on;
+}
+
+unsigned fp_tsched_steal(struct fp_tsched *s, struct fp_tsched *victim)
+{
+	struct fp_tsched *outer = tls_sched;
+	struct fp_thread *t, *h;
+
+	if (victim == s || !victim->stealable || !__atomic_load_n(&victim->head, __ATOMIC_RELAXED))
+		return 0;
+	sched_lock(victim);
+	if ((t = list_pop(&victim->head, &victim->tail)))
+		victim->taken++;
+	sched_unlock(victim);
+	if (!t)
+		return 0;
+	tls_sched = s;
+	asan_main_stack(s);
+	s->stolen++;
+	s->cur = t;
+	t->state = T_RUNNING;
+#ifdef FP_ASAN
+	do_switch(s, &s->sp, t->sp, stack_bottom(victim, t), false, &s->main_fake);
+	after_switch(s, s->main_fake);
+#else
+	do_switch(s, &s->sp, t->sp, stack_bottom(victim, t), false, NULL);
+	after_switch(s, NULL);
+#endif
+	/* back when it asked to go home (the only way a visitor leaves): off its stack
+	 * now, it may be resumed there */
+	h = s->handoff;
+	s->handoff = NULL;
+	if (h) {
+		h->state = T_READY;
+		sched_lock(h->s);
+		list_push(&h->s->in_head, &h->s->in_tail, h);
+		sched_unlock(h->s);
+	}
+	tls_sched = outer;
+	return 1;
+}
+
+bool fp_tsched_has_work(const struct fp_tsched *s)
+{
+	return __atomic_load_n(&s->in_head, __ATOMIC_RELAXED) ||
+	       __atomic_load_n(&s->head, __ATOMIC_RELAXED);
+}
+
+bool fp_tsched_stealable_ready(const struct fp_tsched *s)
+{
+	return s->stealable && __atomic_load_n(&s->head, __ATOMIC_RELAXED);
+}
+
+void fp_tsched_counts(const struct fp_tsched *s, struct fp_tsched_counts *c)
+{
+	c->put = __atomic_load_n(&s->put, __ATOMIC_RELAXED);
+	c->taken = __atomic_load_n(&s->taken, __ATOMIC_RELAXED);
+	c->stolen = s->stolen;
+	c->came_home = __atomic_load_n(&s->came_home, __ATOMIC_RELAXED);
+}
+
 /* ---- mutexes and condition variables: FIFO wait queues ---- */
-
-static void waitq_push(struct fp_thread **head, struct fp_thread **tail, struct fp_thread *t)
-{
-	t->next = NULL;
-	if (*tail)
-		(*tail)->next = t;
-	else
-		*head = t;
-	*tail = t;
-}
-
-static struct fp_thread *waitq_pop(struct fp_thread **head, struct fp_thread **tail)
-{
-	struct fp_thread *t = *head;
-
-	if (t && !(*head = t->next))
-		*tail = NULL;
-	return t;
-}
 
 bool fp_mutex_trylock(struct fp_mutex *m)
 {
+	fp_thread_home();
 	struct fp_thread *me = fp_thread_self();
 
 	if (m->owner || !me)
@@ -614,13 +784,14 @@ void fp_mutex_lock(struct fp_mutex *m)
 		m->owner = s->cur;
 		return;
 	}
-	waitq_push(&m->head, &m->tail, s->cur);
+	list_push(&m->head, &m->tail, s->cur);
 	block(s);   /* unlock handed it to us */
 }
 
 void fp_mutex_unlock(struct fp_mutex *m)
 {
-	struct fp_thread *t = waitq_pop(&m->head, &m->tail);
+	fp_thread_home();
+	struct fp_thread *t = list_pop(&m->head, &m->tail);
 
 	m->owner = t;
 	if (t)
@@ -631,7 +802,7 @@ void fp_condvar_wait(struct fp_condvar *c, struct fp_mutex *m)
 {
 	struct fp_tsched *s = need_thread("fp_condvar_wait");
 
-	waitq_push(&c->head, &c->tail, s->cur);
+	list_push(&c->head, &c->tail, s->cur);
 	fp_mutex_unlock(m);
 	block(s);
 	fp_mutex_lock(m);
@@ -639,7 +810,8 @@ void fp_condvar_wait(struct fp_condvar *c, struct fp_mutex *m)
 
 void fp_condvar_signal(struct fp_condvar *c)
 {
-	struct fp_thread *t = waitq_pop(&c->head, &c->tail);
+	fp_thread_home();
+	struct fp_thread *t = list_pop(&c->head, &c->tail);
 
 	if (t)
 		wake(t->s, t);
@@ -649,6 +821,8 @@ void fp_condvar_broadcast(struct fp_condvar *c)
 {
 	struct fp_thread *t;
 
-	while ((t = waitq_pop(&c->head, &c->tail)))
+	fp_thread_home();
+
+	while ((t = list_pop(&c->head, &c->tail)))
 		wake(t->s, t);
 }

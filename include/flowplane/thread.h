@@ -18,8 +18,18 @@
  * with a silent corruption. The x87 control word and MXCSR are not saved: threads must not
  * change rounding modes.
  *
- * Everything here is for the scheduler's own OS thread: calls from another OS thread are
- * not safe (stealing between schedulers comes with the runtime's workers).
+ * Everything here is for the scheduler's own OS thread, with one exception: stealing.
+ * A scheduler made stealable (fp_tsched_set_stealable) keeps its run queue under a lock,
+ * and another OS thread's scheduler may take a ready thread from it and run it there
+ * (fp_tsched_steal: ZygOS's and Shenango's work stealing, for threads). Such a visitor
+ * runs on the thief only until its next call into this API or tsock.h: every one of them
+ * first takes the thread back to its home (fp_thread_home), where it blocks, sleeps,
+ * locks, spawns, writes and ends. So what a thread computes between two calls may run on
+ * any core, and everything a scheduler owns is touched by its own OS thread only. A
+ * thread's thread-local variables (errno, __thread) are those of the OS thread it runs
+ * on, and after a call into this API it may run on another: a value the compiler kept
+ * across the call (the address of a __thread variable, pthread_self(), which is declared
+ * const) may be stale. Read such things through a function the compiler cannot merge.
  */
 
 struct fp_tsched;
@@ -70,6 +80,28 @@ void fp_thread_sleep_us(uint64_t us);
 struct fp_thread *fp_thread_self(void);
 /* Threads spawned and switches made by @s (for tests and benchmarks). */
 uint64_t fp_tsched_switches(const struct fp_tsched *s);
+
+/* ---- stealing (see above) ---- */
+
+/* Let other schedulers take ready threads from @s (set before any runs; default off). */
+void fp_tsched_set_stealable(struct fp_tsched *s, bool on);
+/* From @s's OS thread, outside any thread: take one ready thread from @victim and run it
+ * here until it goes home. 1 if one ran, 0 if @victim had none ready. */
+unsigned fp_tsched_steal(struct fp_tsched *s, struct fp_tsched *victim);
+/* Whether @s has threads ready or come home (a hint from any OS thread). */
+bool fp_tsched_has_work(const struct fp_tsched *s);
+/* Whether @s is stealable and has a ready thread to take (a hint from any OS thread). */
+bool fp_tsched_stealable_ready(const struct fp_tsched *s);
+/* The calling thread, if it is visiting another scheduler, goes back to its home and
+ * continues there; otherwise nothing. */
+void fp_thread_home(void);
+
+struct fp_tsched_counts {
+	uint64_t put, taken;          /* run queue: threads made ready, and taken to run */
+	uint64_t stolen;              /* threads this scheduler took from others */
+	uint64_t came_home;           /* its own threads that came back from another */
+};
+void fp_tsched_counts(const struct fp_tsched *s, struct fp_tsched_counts *c);
 
 /* Block the calling thread until someone calls fp_thread_wake() on it (Shenango's
  * thread_park / thread_ready): the primitive that blocking I/O is built from. */

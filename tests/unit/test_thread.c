@@ -4,9 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include <flowplane/thread.h>
 
@@ -341,6 +345,154 @@ static void blocking_outside_is_named(void **state)
 	assert_non_null(strstr(buf, "fp_mutex_lock called outside a user-level thread"));
 }
 
+/* ---- stealing: a visitor computes away and does everything else at home ---- */
+
+static pthread_t where[4];
+
+/* pthread_self() is declared const: the compiler may keep one call's value across a
+ * switch, though the thread moved (thread.h says so). Read it through a barrier. */
+static __attribute__((noinline)) pthread_t os_thread(void)
+{
+	__asm__ volatile("" ::: "memory");
+	return pthread_self();
+}
+
+static void *visitor(void *arg)
+{
+	struct fp_mutex *m = arg;
+
+	where[0] = os_thread();   /* the thief's OS thread: it was stolen */
+	fp_thread_yield();           /* a visitor yields by going home */
+	where[1] = os_thread();
+	fp_mutex_lock(m);
+	where[2] = os_thread();
+	fp_mutex_unlock(m);
+	return (void *)7;
+}
+
+struct thief {
+	struct fp_tsched *home;
+	_Atomic bool stop;
+	_Atomic unsigned stolen;
+	unsigned want;                /* steal at least this many, then while !stop */
+};
+
+static void *thief_main(void *arg)
+{
+	struct thief *th = arg;
+	struct fp_tsched *s = fp_tsched_create(NULL);
+
+	if (!s)
+		return NULL;
+	while (atomic_load(&th->stolen) < th->want || !atomic_load(&th->stop)) {
+		if (fp_tsched_steal(s, th->home))
+			atomic_fetch_add(&th->stolen, 1);
+		else if (atomic_load(&th->stolen) >= th->want && atomic_load(&th->stop))
+			break;
+	}
+	struct fp_tsched_counts c;
+	fp_tsched_counts(s, &c);
+	atomic_store(&th->stolen, (unsigned)c.stolen);
+	fp_tsched_destroy(s);
+	return NULL;
+}
+
+static void a_stolen_thread_runs_away_then_home(void **state)
+{
+	(void)state;
+	struct fp_tsched *h = fp_tsched_create(NULL);
+	struct fp_mutex m = FP_MUTEX_INIT;
+	struct thief th = { .want = 1, .stop = true };
+	struct fp_tsched_counts c;
+	pthread_t tid;
+
+	assert_non_null(h);
+	fp_tsched_set_stealable(h, true);
+	struct fp_thread *t = fp_thread_spawn(h, visitor, &m);
+	assert_non_null(t);
+	th.home = h;
+	assert_int_equal(pthread_create(&tid, NULL, thief_main, &th), 0);
+	assert_int_equal(pthread_join(tid, NULL), 0);   /* it ran the thread until its yield */
+	assert_true(pthread_equal(where[0], tid));
+	assert_true(fp_tsched_has_work(h));             /* back in the home's inbox */
+	assert_false(fp_tsched_stealable_ready(h));     /* and nobody else may take it */
+	assert_int_equal(fp_tsched_run(h), 0);
+	assert_true(pthread_equal(where[1], os_thread()));
+	assert_true(pthread_equal(where[2], os_thread()));
+	assert_ptr_equal(fp_thread_join(t), (void *)7);
+	fp_tsched_counts(h, &c);
+	assert_int_equal(c.came_home, 1);
+	assert_int_equal(c.put, c.taken);
+	assert_int_equal(th.stolen, 1);
+	fp_tsched_destroy(h);
+}
+
+/* Many threads, a thief taking them while the home runs them too: every step of every
+ * thread happens exactly once, the ones that need the home (the mutex, the end) there. */
+#define ST_THREADS 2000
+#define ST_STEPS   8
+
+static struct fp_mutex st_mu = FP_MUTEX_INIT;
+static unsigned long st_sum, st_away;
+static pthread_t st_home;
+
+static void *stepper(void *arg)
+{
+	uintptr_t id = (uintptr_t)arg;
+	unsigned long local = 0;
+	bool away = false;
+
+	for (unsigned i = 0; i < ST_STEPS; i++) {
+		local += id * 31 + i;                  /* computed wherever it runs */
+		away |= !pthread_equal(os_thread(), st_home);
+		fp_mutex_lock(&st_mu);                 /* at home */
+		assert_true(pthread_equal(os_thread(), st_home));
+		st_sum += local;
+		local = 0;
+		fp_mutex_unlock(&st_mu);
+		fp_thread_yield();
+	}
+	if (away)
+		st_away++;                             /* at home: it ends there */
+	return NULL;
+}
+
+static void threads_are_stolen_and_all_steps_done_once(void **state)
+{
+	(void)state;
+	struct fp_tsched *h = fp_tsched_create(NULL);
+	struct thief th = { .want = 100 };
+	unsigned long want = 0;
+	pthread_t tid;
+
+	assert_non_null(h);
+	fp_tsched_set_stealable(h, true);
+	st_home = os_thread();
+	st_sum = st_away = 0;
+	for (uintptr_t i = 0; i < ST_THREADS; i++) {
+		struct fp_thread *t = fp_thread_spawn(h, stepper, (void *)i);
+		assert_non_null(t);
+		fp_thread_detach(t);
+		for (unsigned k = 0; k < ST_STEPS; k++)
+			want += i * 31 + k;
+	}
+	th.home = h;
+	assert_int_equal(pthread_create(&tid, NULL, thief_main, &th), 0);
+	while (atomic_load(&th.stolen) < th.want)   /* the home waits: steals happen */
+		sched_yield();
+	assert_int_equal(fp_tsched_run(h), 0);
+	atomic_store(&th.stop, true);
+	assert_int_equal(pthread_join(tid, NULL), 0);
+	assert_int_equal(fp_tsched_run(h), 0);          /* any that came home late */
+	struct fp_tsched_counts c;
+	fp_tsched_counts(h, &c);
+	assert_int_equal(st_sum, want);
+	assert_true(st_away >= th.want && st_away <= ST_THREADS);
+	assert_int_equal(c.came_home, th.stolen);
+	assert_int_equal(c.put, c.taken);
+	fp_tsched_destroy(h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -352,6 +504,8 @@ int main(void)
 		cmocka_unit_test(sleepers_wake_in_order),
 		cmocka_unit_test(overflow_is_named),
 		cmocka_unit_test(blocking_outside_is_named),
+		cmocka_unit_test(a_stolen_thread_runs_away_then_home),
+		cmocka_unit_test(threads_are_stolen_and_all_steps_done_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -145,7 +145,9 @@ unsigned rt_ctx_flush(struct fp_ctx *ctx)
 
 unsigned rt_ctx_round(struct fp_ctx *ctx)
 {
-	return ctx->run->sh ? rt_steal_round(ctx) : rt_ctx_round_plain(ctx);
+	if (ctx->run->sh)
+		return rt_steal_round(ctx);
+	return ctx->run->app_steal ? rt_app_steal_round(ctx) : rt_ctx_round_plain(ctx);
 }
 
 unsigned rt_ctx_round_plain(struct fp_ctx *ctx)
@@ -188,6 +190,7 @@ uint64_t rt_ctx_next_us(const struct fp_ctx *ctx)
 
 unsigned fp_ctx_worker(const struct fp_ctx *ctx) { return ctx->worker; }
 unsigned fp_ctx_workers(const struct fp_ctx *ctx) { return ctx->n_workers; }
+bool fp_ctx_steals(const struct fp_ctx *ctx) { return ctx->run->sh || ctx->run->app_steal; }
 uint64_t fp_ctx_now_us(const struct fp_ctx *ctx) { return ctx->now_us; }
 const char *fp_ctx_transport(const struct fp_ctx *ctx) { return ctx->tops->name; }
 uint32_t fp_ctx_local_addr(const struct fp_ctx *ctx) { return ctx->local_addr; }

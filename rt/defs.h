@@ -54,6 +54,8 @@ struct rt_run {
 	struct rt_steal_wk *swk;
 	uint32_t steal_max_flows;     /* flows a worker may have under the scheduler */
 	atomic_uint steal_in_loop;    /* workers inside their loop (rt_steal_enter/leave) */
+	bool app_steal;               /* --sched steal by the application's own hooks
+				       * (fp_app.steal: user-level threads), no shuffle layer */
 	/* flow groups in software (steer.c): xdp with several workers; NULL otherwise */
 	struct rt_steer *steer;
 	/* --burst: workers burst_first.. are burstable; each has an eventfd the allocator
@@ -98,6 +100,7 @@ void rt_steal_teardown(struct rt_run *run);
 unsigned rt_steal_round(struct fp_ctx *ctx);
 bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c);
 bool rt_steal_pending(const struct fp_ctx *ctx);
+unsigned rt_app_steal_round(struct fp_ctx *ctx);
 void rt_steal_enter(struct rt_run *run);
 void rt_steal_leave(struct rt_run *run);
 void rt_steal_counts(const struct rt_run *run, unsigned worker, uint64_t *stolen_runs,

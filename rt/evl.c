@@ -513,6 +513,31 @@ static void evl_poll(struct fp_ctx *ctx)
 	evl->in_handle = false;
 }
 
+/* fp_app's work_pending, steal and ready: the layer's own (tsock.c). A thread another
+ * worker's steal runs only computes there (thread.h): it touches no evl. */
+static bool evl_work_pending(struct fp_ctx *ctx, bool may_steal)
+{
+	struct fp_evl *evl = fp_ctx_user(ctx);
+
+	return evl && evl->ops->work_pending(evl, may_steal);
+}
+
+static unsigned evl_steal(struct fp_ctx *ctx)
+{
+	struct fp_evl *evl = fp_ctx_user(ctx);
+
+	return evl ? evl->ops->steal(evl) : 0;
+}
+
+static void evl_ready(struct fp_ctx *ctx, uint64_t *put, uint64_t *taken)
+{
+	struct fp_evl *evl = fp_ctx_user(ctx);
+
+	*put = *taken = 0;
+	if (evl)
+		evl->ops->ready(evl, put, taken);
+}
+
 /* ---- flow-group migration: a connection changes worker ---- */
 
 static void unlink_from(struct fp_evl_conn **head, struct fp_evl_conn *c, bool reap)
@@ -594,6 +619,11 @@ void fp_evl_app(struct fp_app *app, const struct fp_evl_ops *ops, void *arg)
 	if (ops->movable) {
 		app->flow_leave = evl_flow_leave;
 		app->flow_arrive = evl_flow_arrive;
+	}
+	if (ops->steal && ops->work_pending && ops->ready) {
+		app->work_pending = evl_work_pending;
+		app->steal = evl_steal;
+		app->ready = evl_ready;
 	}
 }
 

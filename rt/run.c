@@ -706,11 +706,15 @@ static int step_sched(struct rt_start *s)
 
 	if (s->cfg.sched != FP_SCHED_STEAL)
 		return 0;
-	if (!s->run.app->steal_safe)
+	if (!s->run.app->steal_safe && !s->run.app->steal)
 		return snprintf(s->err, sizeof(s->err), "--sched steal: %s's handler cannot run "
 				"on another worker's flows (it is not steal-safe); use --sched part",
 				s->run.app->name ? s->run.app->name : "this application"), -EINVAL;
 	s->cfg.idle = FP_IDLE_POLL;
+	if (!s->run.app->steal_safe) {   /* it balances its own work (fp_app.steal) */
+		s->run.app_steal = true;
+		return 0;
+	}
 	if (getenv("FP_RT_STEAL_FORCE"))          /* tests: every batch runs on a thief */
 		s->cfg.steal_force = true;
 	rc = rt_steal_setup(&s->run);

@@ -364,6 +364,31 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	return done;
 }
 
+/*
+ * --sched steal for an application with its own hooks (fp_app.steal: tsock's user-level
+ * threads): an ordinary round, the home's ready-queue counters published for the
+ * allocator (--burst), and, when the round did nothing else, one piece of another
+ * worker's work run here (not once the run stops, nor by a parked burstable worker).
+ */
+unsigned rt_app_steal_round(struct fp_ctx *ctx)
+{
+	struct rt_run *run = ctx->run;
+	unsigned done = rt_ctx_round_plain(ctx);
+
+	if (run->alloc_q) {
+		uint64_t put, taken;
+
+		run->app->ready(ctx, &put, &taken);
+		__atomic_store_n(&run->alloc_q[ctx->worker].taken, taken, __ATOMIC_RELEASE);
+		__atomic_store_n(&run->alloc_q[ctx->worker].put, put, __ATOMIC_RELEASE);
+	}
+	if (!done && !ctx->no_steal && !rt_ctx_stopping(ctx) && run->app->steal(ctx)) {
+		ctx->stats->sched_stolen++;
+		done++;
+	}
+	return done;
+}
+
 /* Whether a round has scheduler work though the transport brought nothing: flows that came
  * home, own ready flows left for later, or (a worker that may steal) another's ready
  * flows. Hints, racy by design: a miss is seen at the next round. */
@@ -403,16 +428,18 @@ bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c)
 /* Under --sched steal a worker that left its loop waits for every worker still in its
  * loop before the application's fini frees its connections: another worker may be running
  * one of them until it, too, has left. (Once the run stops nobody steals, so a worker that
- * enters its loop late touches only its own flows.) */
+ * enters its loop late touches only its own flows.) With the application's own stealing
+ * (app_steal) the same holds for its work: a thread another worker runs goes home before
+ * that worker leaves its loop. */
 void rt_steal_enter(struct rt_run *run)
 {
-	if (run->sh)
+	if (run->sh || run->app_steal)
 		atomic_fetch_add(&run->steal_in_loop, 1);
 }
 
 void rt_steal_leave(struct rt_run *run)
 {
-	if (!run->sh)
+	if (!run->sh && !run->app_steal)
 		return;
 	atomic_fetch_sub(&run->steal_in_loop, 1);
 	while (atomic_load(&run->steal_in_loop))

@@ -73,6 +73,7 @@ struct fp_tsched {
 	 * schedulers take ready threads from it, and threads that ran elsewhere come back
 	 * through @in_head (the home runs those first; nobody steals them). */
 	bool stealable;
+	bool thieves_only;            /* tests: the home runs only threads that came back */
 	int lock;
 	struct fp_thread *in_head, *in_tail;
 	uint64_t put, taken;          /* run queue pushes and pops, by anyone */
@@ -321,7 +322,7 @@ static struct fp_thread *runq_pop(struct fp_tsched *s)
 	sched_lock(s);
 	if ((t = list_pop(&s->in_head, &s->in_tail)))
 		s->came_home++;
-	else if ((t = list_pop(&s->head, &s->tail)))
+	else if (!s->thieves_only && (t = list_pop(&s->head, &s->tail)))
 		s->taken++;
 	sched_unlock(s);
 	return t;
@@ -703,6 +704,11 @@ unsigned fp_tsched_run(struct fp_tsched *s)
 void fp_tsched_set_stealable(struct fp_tsched *s, bool on)
 {
 	s->stealable = on;
+}
+
+void fp_tsched_set_thieves_only(struct fp_tsched *s, bool on)
+{
+	s->thieves_only = on;
 }
 
 unsigned fp_tsched_steal(struct fp_tsched *s, struct fp_tsched *victim)

@@ -31,6 +31,11 @@ struct fp_tsock {
 	bool eof;
 	int err;                          /* the peer's reset, or the run stopping */
 	struct fp_thread *reader, *writer;
+	/* the blocked reader's request, completed here at home before it wakes (it may
+	 * then resume on another worker: --sched steal) */
+	uint8_t *rd_buf;
+	size_t rd_len;
+	ssize_t *rd_ret;
 };
 
 /* One per worker. */
@@ -43,17 +48,34 @@ struct tw {
 	struct fp_timer tick;             /* the earliest sleeper's wake-up */
 	uint64_t tick_us;                 /* when it is armed for; 0: not armed */
 	bool stopping;
+	bool steal;                       /* --sched steal: other workers take ready threads */
+	unsigned next_victim;
 };
 
 static __thread struct tw *tls_w;
+static struct tw **all_w;                 /* by worker: whom to steal from */
+static unsigned n_all_w;
 
+/* tls_w after a possible move to another OS thread (thread.h: not merged with a read
+ * made before the move). */
+static __attribute__((noinline)) struct tw *tw_here(void)
+{
+	__asm__ volatile("" ::: "memory");
+	return tls_w;
+}
+
+/* Every call of a thread runs at its home: a thread another worker stole goes back
+ * first (thread.h), and its worker's state is this OS thread's. */
 static struct tw *need_tw(const char *fn)
 {
-	if (!tls_w || !fp_thread_self()) {
+	fp_thread_home();
+	struct tw *w = tw_here();
+
+	if (!w || !fp_thread_self()) {
 		fprintf(stderr, "flowplane: %s called outside a thread of fp_tapp_run\n", fn);
 		abort();
 	}
-	return tls_w;
+	return w;
 }
 
 unsigned fp_tapp_worker(void)
@@ -131,6 +153,8 @@ static int ts_init(struct fp_evl *evl, void *arg)
 	}
 	w->evl = evl;
 	w->app = app;
+	w->steal = fp_ctx_steals(fp_evl_ctx(evl));
+	fp_tsched_set_stealable(w->sched, w->steal);
 	fp_timer_init(&w->tick, on_tick);
 	fp_evl_set_user(evl, w);
 	struct fp_thread *t = fp_thread_spawn(w->sched, main_thread, w);
@@ -141,6 +165,12 @@ static int ts_init(struct fp_evl *evl, void *arg)
 	}
 	fp_thread_detach(t);
 	run_threads(w);   /* main listens now, before the first frame */
+	if (fp_ctx_worker(fp_evl_ctx(evl)) < n_all_w)
+		__atomic_store_n(&all_w[fp_ctx_worker(fp_evl_ctx(evl))], w, __ATOMIC_RELEASE);
+	/* tests (as rt/steal.c's flows): every ready thread runs on a thief, once main has
+	 * started listening; a thread still comes home for every call */
+	if (w->steal && n_all_w > 1 && getenv("FP_RT_STEAL_FORCE"))
+		fp_tsched_set_thieves_only(w->sched, true);
 	return 0;
 }
 
@@ -165,17 +195,30 @@ static void wake(struct fp_thread **t)
 	}
 }
 
+/* The blocked reader's read ends with @r (a count, 0 at EOF, -errno): set here, at home,
+ * before it wakes, so it returns without touching the socket wherever it resumes. */
+static void complete_read(struct fp_tsock *s, ssize_t r)
+{
+	if (s->rd_ret) {
+		*s->rd_ret = r;
+		s->rd_ret = NULL;
+	}
+	wake(&s->reader);
+}
+
 /* The run stops: everyone waiting gets an error and the threads run out. */
 static void ts_fini(struct fp_evl *evl)
 {
 	struct tw *w = fp_evl_user(evl);
 
 	w->stopping = true;
+	if (fp_ctx_worker(fp_evl_ctx(evl)) < n_all_w)   /* every loop has ended: nobody steals */
+		__atomic_store_n(&all_w[fp_ctx_worker(fp_evl_ctx(evl))], NULL, __ATOMIC_RELEASE);
 	for (struct fp_tlistener *l = w->listeners; l; l = l->next)
 		wake(&l->waiter);
 	for (struct fp_tsock *s = w->all; s; s = s->next_all) {
 		s->err = s->err ? s->err : -ECANCELED;
-		wake(&s->reader);
+		complete_read(s, s->err);
 		wake(&s->writer);
 	}
 	tls_w = w;
@@ -236,6 +279,16 @@ static size_t ts_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 
 	if (!s)
 		return len;   /* accepted, never taken by a thread, and the run stopping */
+	size_t given = 0;
+	if (s->rd_ret && len) {   /* a reader waits (so nothing is buffered): its read ends */
+		given = len < s->rd_len ? len : s->rd_len;
+		memcpy(s->rd_buf, data, given);
+		complete_read(s, (ssize_t)given);
+		if (given == len)
+			return len;
+		data += given;
+		len -= given;
+	}
 	if (s->rx_off && s->rx_off + s->rx_len + len > s->rx_cap) {
 		memmove(s->rx, s->rx + s->rx_off, s->rx_len);
 		s->rx_off = 0;
@@ -258,9 +311,7 @@ static size_t ts_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 		memcpy(s->rx + s->rx_off + s->rx_len, data, take);
 	s->rx_len += take;
 	s->refused |= take < len;
-	if (take)
-		wake(&s->reader);
-	return take;
+	return given + take;
 }
 
 static void ts_drained(struct fp_evl_conn *c)
@@ -283,8 +334,59 @@ static void ts_closed(struct fp_evl_conn *c, int status)
 	} else {
 		s->eof = true; /* half_close: still ours to write on and to close */
 	}
-	wake(&s->reader);
+	if (!s->rx_len)
+		complete_read(s, s->err);   /* the reset's error, or 0: EOF */
 	wake(&s->writer);
+}
+
+/* ---- --sched steal: workers take each other's ready threads (thread.h) ---- */
+
+static bool ts_work_pending(struct fp_evl *evl, bool may_steal)
+{
+	struct tw *w = fp_evl_user(evl);
+
+	if (!w)
+		return false;
+	if (fp_tsched_has_work(w->sched))   /* threads that came home */
+		return true;
+	for (unsigned i = 0; may_steal && i < n_all_w; i++) {
+		struct tw *v = __atomic_load_n(&all_w[i], __ATOMIC_ACQUIRE);
+
+		if (v && v != w && fp_tsched_stealable_ready(v->sched))
+			return true;
+	}
+	return false;
+}
+
+/* One ready thread of another worker's, run here until its next call (which takes it
+ * home); the victims in turn. */
+static unsigned ts_steal(struct fp_evl *evl)
+{
+	struct tw *w = fp_evl_user(evl);
+
+	if (!w || !n_all_w)
+		return 0;
+	for (unsigned k = 0; k < n_all_w; k++) {
+		struct tw *v = __atomic_load_n(&all_w[(w->next_victim + k) % n_all_w],
+					       __ATOMIC_ACQUIRE);
+
+		if (v && v != w && fp_tsched_steal(w->sched, v->sched)) {
+			w->next_victim = (w->next_victim + k + 1) % n_all_w;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void ts_ready(struct fp_evl *evl, uint64_t *put, uint64_t *taken)
+{
+	struct tw *w = fp_evl_user(evl);
+	struct fp_tsched_counts c = { 0 };
+
+	if (w)
+		fp_tsched_counts(w->sched, &c);
+	*put = c.put;
+	*taken = c.taken;
 }
 
 static const struct fp_evl_ops ts_ops_default = {
@@ -296,6 +398,9 @@ static const struct fp_evl_ops ts_ops_default = {
 	.fini = ts_fini,
 	.poll = ts_poll,
 	.half_close = true,   /* a read's 0 is the peer's EOF; writes go on until close */
+	.work_pending = ts_work_pending,
+	.steal = ts_steal,
+	.ready = ts_ready,
 };
 
 int fp_tapp_run(const struct fp_rt_config *cfg, const struct fp_tapp *app)
@@ -308,7 +413,15 @@ int fp_tapp_run(const struct fp_rt_config *cfg, const struct fp_tapp *app)
 	ops.max_total_pending = app->max_total_pending;
 	fp_evl_app(&a, &ops, (void *)app);
 	a.name = app->name;
-	return fp_rt_run(cfg, &a);
+	all_w = calloc(cfg->n_workers ? cfg->n_workers : 1, sizeof(*all_w));
+	if (!all_w)
+		return -ENOMEM;
+	n_all_w = cfg->n_workers ? cfg->n_workers : 1;
+	int rc = fp_rt_run(cfg, &a);
+	free(all_w);
+	all_w = NULL;
+	n_all_w = 0;
+	return rc;
 }
 
 /* ---- what threads call ---- */
@@ -337,6 +450,7 @@ struct fp_tsock *fp_tsock_accept(struct fp_tlistener *l)
 			return NULL;
 		l->waiter = fp_thread_self();
 		fp_thread_block();
+		fp_thread_home();   /* (woken, it may have been stolen) */
 	}
 	s = l->head;
 	if (!(l->head = s->next))
@@ -351,14 +465,22 @@ struct fp_tsock *fp_tsock_accept(struct fp_tlistener *l)
 
 ssize_t fp_tsock_read(struct fp_tsock *s, void *buf, size_t len)
 {
-	need_tw("fp_tsock_read");
-	while (!s->rx_len) {
+	struct tw *w = need_tw("fp_tsock_read");
+
+	if (!s->rx_len) {
 		if (s->err)
 			return s->err;
-		if (s->eof)
+		if (s->eof || !len)
 			return 0;
+		/* wait: evl's callbacks end the read here at home (complete_read), and the
+		 * thread goes on wherever it is run next */
+		ssize_t r = 0;
 		s->reader = fp_thread_self();
+		s->rd_buf = buf;
+		s->rd_len = len;
+		s->rd_ret = &r;
 		fp_thread_block();
+		return r;
 	}
 	size_t n = len < s->rx_len ? len : s->rx_len;
 	memcpy(buf, s->rx + s->rx_off, n);
@@ -370,6 +492,9 @@ ssize_t fp_tsock_read(struct fp_tsock *s, void *buf, size_t len)
 		s->refused = false;
 		fp_evl_read_again(s->c);
 	}
+	if (w->steal)
+		fp_thread_yield();   /* behind the other ready threads: a thief may run what
+				      * this one does with its input */
 	return (ssize_t)n;
 }
 
@@ -389,17 +514,20 @@ ssize_t fp_tsock_write(struct fp_tsock *s, const void *buf, size_t len)
 		}
 		s->writer = fp_thread_self();   /* full: wait until it drains */
 		fp_thread_block();
+		fp_thread_home();
 	}
 	return (ssize_t)len;
 }
 
 size_t fp_tsock_room(const struct fp_tsock *s)
 {
+	fp_thread_home();
 	return s->err || !s->c ? 0 : fp_evl_room(s->c);
 }
 
 size_t fp_tsock_pending(const struct fp_tsock *s)
 {
+	fp_thread_home();
 	return s->err || !s->c ? 0 : fp_evl_pending(s->c);
 }
 
@@ -417,12 +545,14 @@ int fp_tsock_wait_drained(struct fp_tsock *s)
 	while (s->c && !s->err && fp_evl_pending(s->c)) {
 		s->writer = fp_thread_self();   /* evl's drained wakes it */
 		fp_thread_block();
+		fp_thread_home();
 	}
 	return s->c && !s->err ? 0 : -EPIPE;
 }
 
 void fp_tsock_peer(const struct fp_tsock *s, uint32_t *addr, uint16_t *port)
 {
+	fp_thread_home();
 	*addr = s->c ? fp_evl_conn_raddr(s->c) : 0;
 	*port = s->c ? fp_evl_conn_rport(s->c) : 0;
 }
@@ -437,7 +567,7 @@ void fp_tsock_abort(struct fp_tsock *s)
 	}
 	if (!s->err)
 		s->err = -ECONNABORTED;
-	wake(&s->reader);
+	complete_read(s, s->err);
 	wake(&s->writer);
 }
 

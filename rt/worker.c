@@ -180,7 +180,9 @@ static unsigned rt_app_pass(struct rt_wk *w, bool *settled)
 	for (rounds = 0; rounds < RT_PASS_ROUNDS; rounds++) {
 		rt_drain_events(w);
 		if (!ctx->n_conds && !ctx->n_rets && !ctx->n_calls &&
-		    !(ctx->run->sh && !rounds && rt_steal_pending(ctx))) {
+		    !(ctx->run->sh && !rounds && rt_steal_pending(ctx)) &&
+		    !(ctx->run->app_steal && !rounds &&
+		      ctx->run->app->work_pending(ctx, !ctx->no_steal))) {
 			*settled = true;
 			return rounds;
 		}

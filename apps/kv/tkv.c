@@ -99,6 +99,9 @@ static bool make_room(struct tkv_conn *tc)
  * False: the connection ends. */
 static bool serve(struct tkv_conn *tc)
 {
+	/* proto.c uses the worker's own state (its QSBR slot, statistics, scratch): it runs
+	 * at home, also under --sched steal, where a read may end on another worker */
+	fp_thread_home();
 	for (;;) {
 		uint64_t before = tc->kc->ncmds;
 		size_t used = kv_conn_feed(tc->kc, tc->buf, tc->have);

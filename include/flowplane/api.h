@@ -131,6 +131,18 @@ struct fp_app {
 	 * moves entries (evl.c does, for applications whose fp_evl_ops say movable). */
 	void (*flow_leave)(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cookie);
 	void (*flow_arrive)(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cookie);
+	/* --sched steal for an application that balances its own work instead of being
+	 * steal-safe (tsock.h's user-level threads: rt/steal.c, rt_app_steal_round): its
+	 * flows stay home, in ordinary rounds, and a worker with nothing else to do in a
+	 * round calls @steal, which runs one piece of another worker's ready work here (1)
+	 * or finds none (0). @work_pending: whether this worker has work of its own that no
+	 * condition announces (threads that came home), or, with @may_steal, another worker
+	 * has some to take; a round runs then. @ready: how much work this worker's ready
+	 * queue was ever given and how much was taken from it (by anyone), both growing, for
+	 * the core allocator (--burst; alloc.h). All three, or none. */
+	bool (*work_pending)(struct fp_ctx *ctx, bool may_steal);
+	unsigned (*steal)(struct fp_ctx *ctx);
+	void (*ready)(struct fp_ctx *ctx, uint64_t *put, uint64_t *taken);
 };
 
 /* ---- batched calls: queued now, executed in order when the handler returns ---- */
@@ -232,6 +244,8 @@ static inline void fp_udp_done(struct fp_ctx *ctx, struct fp_mbuf *m)
 
 unsigned fp_ctx_worker(const struct fp_ctx *ctx);        /* 0..n_workers-1 */
 unsigned fp_ctx_workers(const struct fp_ctx *ctx);
+/* Whether the run balances work between workers (--sched steal). */
+bool fp_ctx_steals(const struct fp_ctx *ctx);
 uint64_t fp_ctx_now_us(const struct fp_ctx *ctx);        /* the loop's clock (monotonic) */
 const char *fp_ctx_transport(const struct fp_ctx *ctx);  /* "xdp", "kernel", "pair" */
 uint32_t fp_ctx_local_addr(const struct fp_ctx *ctx);    /* our IPv4 (0 on kernel: any) */

@@ -93,6 +93,11 @@ struct fp_evl_ops {
 	 * and must close it (fp_evl_close/abort) itself. Default: it closes after the
 	 * callback (the "Lifetime" rule above). */
 	bool half_close;
+	/* --sched steal for a layer that balances its own work (tsock.c's threads): fp_app's
+	 * work_pending, steal and ready (api.h), with this worker's evl. All three or none. */
+	bool (*work_pending)(struct fp_evl *evl, bool may_steal);
+	unsigned (*steal)(struct fp_evl *evl);
+	void (*ready)(struct fp_evl *evl, uint64_t *put, uint64_t *taken);
 	size_t max_pending;          /* output bytes per connection; 0 = 4 MiB */
 	size_t max_total_pending;    /* output bytes of all connections together, shared
 				      * evenly by the workers (0: no bound): past its share, a

@@ -88,6 +88,9 @@ void fp_tsched_set_stealable(struct fp_tsched *s, bool on);
 /* From @s's OS thread, outside any thread: take one ready thread from @victim and run it
  * here until it goes home. 1 if one ran, 0 if @victim had none ready. */
 unsigned fp_tsched_steal(struct fp_tsched *s, struct fp_tsched *victim);
+/* Tests: @s runs none of its ready threads itself, only those that come back; other
+ * schedulers must take them (FP_RT_STEAL_FORCE, for a stealable @s). */
+void fp_tsched_set_thieves_only(struct fp_tsched *s, bool on);
 /* Whether @s has threads ready or come home (a hint from any OS thread). */
 bool fp_tsched_has_work(const struct fp_tsched *s);
 /* Whether @s is stealable and has a ready thread to take (a hint from any OS thread). */

@@ -52,13 +52,13 @@ def wait_accepting(port, proc, timeout=10):
     raise AssertionError(f"nothing accepts on {HOST}:{port} after {timeout}s")
 
 
-def serving(build_dir, args, idle_conns=0):
+def serving(build_dir, args, idle_conns=0, env=None):
     """fp-echo @args on a free port, yielded once it accepts (with @idle_conns connections
     left open across the stop); SIGINT at the end must exit 0."""
     port = free_port()
     log = tempfile.TemporaryFile(mode="w+")
     p = subprocess.Popen([str(exe(build_dir)), *args, "--ip", HOST, "--port", str(port)],
-                         stdout=log, stderr=log)
+                         stdout=log, stderr=log, env={**os.environ, **(env or {})})
     idle = []
     try:
         wait_accepting(port, p)
@@ -87,14 +87,32 @@ def fp_server(build_dir):
                                    "--cores", SERVER_CORE])
 
 
+def tserving(build_dir, steal):
+    steal = bool(steal)
+    yield from serving(build_dir, ["server", "--threads", "--net", "kernel", "--stats", "none",
+                                   "--workers", "2", "--cores", f"{SERVER_CORE},{CLIENT_CORE}",
+                                   *(["--sched", "steal"] if steal else [])],
+                       idle_conns=4, env={"FP_RT_STEAL_FORCE": "1"} if steal else None)
+
+
 @pytest.fixture(scope="module")
 def fp_tserver(build_dir):
     """`fp-echo server --threads` (a user-level thread per connection, blocking sockets,
     rt/tsock.c) with two workers; its stop comes with connections still open, their
     threads blocked in a read."""
-    yield from serving(build_dir, ["server", "--threads", "--net", "kernel", "--stats", "none",
-                                   "--workers", "2", "--cores", f"{SERVER_CORE},{CLIENT_CORE}"],
-                       idle_conns=4)
+    yield from tserving(build_dir, False)
+
+
+@pytest.fixture(scope="module")
+def fp_tserver_stolen(build_dir):
+    """The same under --sched steal with FP_RT_STEAL_FORCE: every ready thread runs on
+    the other worker until its next call takes it home (thread.h)."""
+    yield from tserving(build_dir, True)
+
+
+@pytest.fixture(params=["fp_tserver", "fp_tserver_stolen"])
+def any_tserver(request):
+    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -104,15 +122,16 @@ def fp_pserver(build_dir):
     yield from serving(build_dir, ["server", "--pthreads", "--cores", SERVER_CORE])
 
 
-@pytest.fixture(params=["events", "threads", "pthreads"])
+@pytest.fixture(params=["events", "threads", "threads-stolen", "pthreads"])
 def tcp_server(request):
-    """The echo server three ways: event callbacks (evl.h), user-level threads (tsock.h),
-    and the Linux-threads peer."""
+    """The echo server three ways: event callbacks (evl.h), user-level threads (tsock.h;
+    also with every thread stolen), and the Linux-threads peer."""
     return request.getfixturevalue({"events": "fp_server", "threads": "fp_tserver",
+                                    "threads-stolen": "fp_tserver_stolen",
                                     "pthreads": "fp_pserver"}[request.param])
 
 
-def test_threads_server_streams(fp_tserver):
+def test_threads_server_streams(any_tserver):
     """40 connections at once, a tenth of them streaming 3 MB while reading the echo
     (the server's writes block on a full output and resume), every byte checked."""
     errors = []
@@ -121,7 +140,7 @@ def test_threads_server_streams(fp_tserver):
         try:
             size = 3_000_000 if i % 10 == 0 else 1 + i * 37
             data = os.urandom(size)
-            with socket.create_connection((HOST, fp_tserver), 5) as s:
+            with socket.create_connection((HOST, any_tserver), 5) as s:
                 s.settimeout(20)
                 got = bytearray()
 
@@ -147,7 +166,7 @@ def test_threads_server_streams(fp_tserver):
     assert not errors, errors[:3]
 
 
-def test_threads_server_thousands(fp_tserver):
+def test_threads_server_thousands(any_tserver):
     """2,000 connections open at once, each a user-level thread blocked in a read until
     its 4 KB arrive in pieces, then echoing: every byte back on every connection (one
     Python thread drives them all without blocking)."""
@@ -156,7 +175,7 @@ def test_threads_server_thousands(fp_tserver):
     sel = selectors.DefaultSelector()
     want, got, sent = {}, {}, {}
     for i in range(n):
-        s = socket.create_connection((HOST, fp_tserver), 10)
+        s = socket.create_connection((HOST, any_tserver), 10)
         s.setblocking(False)
         want[s] = os.urandom(size)
         got[s], sent[s] = bytearray(), 0

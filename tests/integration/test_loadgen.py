@@ -547,9 +547,11 @@ def test_plot_two_files(root, build_dir, tmp_path, echo_server):
 
 # ---- ZygOS's scheduler in the runtime (--sched steal, rt/steal.c) ----
 
-def steal_server(build_dir, port, workers, cores, env=None, sched="steal", stats="none"):
-    """fp-echo spin --native with several workers stealing each other's connections."""
-    args = [echo_exe(build_dir), "spin", "--native", "--net", "kernel", "--ip", HOST, "--port",
+def steal_server(build_dir, port, workers, cores, env=None, sched="steal", stats="none",
+                 style="--native"):
+    """fp-echo spin --native (or @style) with several workers stealing each other's
+    connections (or threads)."""
+    args = [echo_exe(build_dir), "spin", style, "--net", "kernel", "--ip", HOST, "--port",
             port, "--stats", stats, "--workers", str(workers), "--cores", cores,
             "--sched", sched]
     old = dict(os.environ)
@@ -609,6 +611,41 @@ def test_steal_keeps_every_connection_in_order(build_dir, tmp_path, workers, cor
     if force:
         assert local == 0 and stolen > 0 and sent_home >= stolen, summary
     assert local + stolen > 0
+
+
+@pytest.mark.parametrize("workers,cores,force", [
+    (2, "0,1", True),          # every ready thread runs on the other worker, its calls at home
+    (4, "0,1,0,1", True),      # oversubscribed: two polling workers per core
+    (2, "0,1", False),         # threads stolen when a worker has nothing else to do
+])
+def test_threads_are_stolen_in_order(build_dir, tmp_path, workers, cores, force):
+    """fp-echo spin --threads under --sched steal (issue 19: Shenango's work stealing, for
+    user-level threads): pipelined requests over 64 connections, each reply checked as
+    above. A stolen thread spins its service time on the thief and goes home to write;
+    with FP_RT_STEAL_FORCE a home runs none of its ready threads, so every request's spin
+    ran on another worker, and the run still ends cleanly."""
+    port = free_port()
+    name = f"tsteal{os.getpid()}_{port}"
+    s = steal_server(build_dir, port, workers, cores,
+                     {"FP_RT_STEAL_FORCE": "1"} if force else None, stats=name,
+                     style="--threads")
+    try:
+        r, doc = loadgen(build_dir, tmp_path, "--server", f"{HOST}:{port}", "--proto", "spin",
+                         "--service", "exp:5us", "--rate", "1k", "--duration", "1",
+                         "--warmup", "0.2", "--conns", "64", "--depth", "4",
+                         "--cores", CLIENT_CORE, *LENIENT, timeout=120)
+        (p,) = assert_clean(r, doc)
+        assert p["ok"] == p["completed"], p
+        st = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", name, "--totals"],
+                            capture_output=True, text=True, timeout=30)
+        assert st.returncode == 0, st.stderr
+        ws = json.loads(st.stdout)["workers"]
+    finally:
+        rc, out = s.close()
+    assert rc == 0, out
+    stolen = sum(w["sched_stolen"] for w in ws)
+    if force:   # at least one steal per request (a thread is stolen each time it is ready)
+        assert stolen >= p["completed"], (stolen, p)
 
 
 def test_steal_needs_a_steal_safe_application(build_dir):

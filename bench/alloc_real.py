@@ -22,6 +22,14 @@ Three parts, each interleaved over --rounds rounds:
             the batch job); fp-loadgen's p50/p99/p99.9 and validity, the batch job's work,
             grants and grant-to-running times.
 
+--style threads runs the spin server written with user-level threads and blocking sockets
+(fp-echo spin --threads: a granted worker steals ready threads, issue 19's threaded app on
+the allocator), and --confs may add pthreads: the same server as a Linux thread per
+connection on Linux sockets (fp-echo spin --pthreads, on the kernel's address of the same
+veth), free to run on both cores, where Linux's scheduler takes core 1 from the SCHED_IDLE
+batch job whenever a thread is runnable: the peer for the allocator. Issue 19's three-way
+comparison is `--parts share --style threads --confs pthreads,static1,alloc`.
+
 Markdown on stdout, every run in --out/alloc_real.json. Root (namespaces, AF_XDP).
 
 Usage: .venv/bin/python bench/alloc_real.py [--parts passcost,wake,share] [--rounds 3]
@@ -41,7 +49,7 @@ from benchlib import med  # noqa: E402
 from netns import Topo, stop_process  # noqa: E402
 
 PORT = 7
-CONFS = ("static1", "static2", "alloc", "alloc-nobatch")
+CONFS = ("static1", "static2", "alloc", "alloc-nobatch", "pthreads")
 
 
 def stats(topo, build, name):
@@ -58,7 +66,25 @@ def pct(hist, total, p):
     return len(hist) - 1
 
 
+def wait_accepting(topo, srv, ip):
+    deadline = time.time() + 15
+    code = ("import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])),"
+            " 1); s.close()")
+    while topo.sh(topo.cli_ns, sys.executable, "-c", code, ip, str(PORT),
+                  check=False).returncode:
+        if time.time() > deadline or srv.poll() is not None:
+            stop_process(srv)
+            raise RuntimeError(f"server did not start: {srv.stderr.read()[-400:]}")
+        time.sleep(0.2)
+    return srv
+
+
 def start_server(topo, build, name, conf, a):
+    if conf == "pthreads":   # Linux threads on both cores (no --cores: not pinned)
+        srv = topo.popen(topo.srv_ns, ["taskset", "-c", "0,1", build / "apps" / "echo" /
+                                       "fp-echo", "spin", "--pthreads", "--port", PORT,
+                                       "--ip", topo.srv_ip])
+        return wait_accepting(topo, srv, topo.srv_ip)
     # static1 is alloc without an allocator: worker 1 never gets its core, it only wakes
     # to hand over frames a Linux client sent to its queue (a veth cannot steer)
     extra = {"static1": ["--workers", "2", "--cores", "0,1", "--sched", "steal", "--burst",
@@ -66,19 +92,10 @@ def start_server(topo, build, name, conf, a):
              "static2": ["--workers", "2", "--cores", "0,1", "--sched", "steal"],
              "alloc": ["--workers", "2", "--cores", "0,1", "--sched", "steal", "--burst", "1",
                        "--burst-idle-us", str(a.burst_idle_us)]}[conf]
-    srv = topo.popen(topo.srv_ns, [build / "apps" / "echo" / "fp-echo", "spin", "--native",
-                                   "--port", PORT, "--if", topo.srv_if, "--ip",
+    srv = topo.popen(topo.srv_ns, [build / "apps" / "echo" / "fp-echo", "spin",
+                                   f"--{a.style}", "--port", PORT, "--if", topo.srv_if, "--ip",
                                    f"{topo.fp_srv_ip}/24", "--stats", name, *extra])
-    deadline = time.time() + 15
-    code = ("import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])),"
-            " 1); s.close()")
-    while topo.sh(topo.cli_ns, sys.executable, "-c", code, topo.fp_srv_ip, str(PORT),
-                  check=False).returncode:
-        if time.time() > deadline or srv.poll() is not None:
-            stop_process(srv)
-            raise RuntimeError(f"server did not start: {srv.stderr.read()[-400:]}")
-        time.sleep(0.2)
-    return srv
+    return wait_accepting(topo, srv, topo.fp_srv_ip)
 
 
 def start_alloc(topo, build, name, interval_us, core, seconds=None):
@@ -118,8 +135,9 @@ def one(topo, build, conf, rate, a, out, tag, interval_us, alloc_core, service_u
             batch = batch_job(build, a.duration + 1)
         time.sleep(0.3)
         lgj = out / f"{tag}.lg.json"
+        ip = topo.srv_ip if conf == "pthreads" else topo.fp_srv_ip
         r = topo.sh(topo.cli_ns, build / "apps" / "loadgen" / "fp-loadgen", "--server",
-                    f"{topo.fp_srv_ip}:{PORT}", "--proto", "spin", "--service",
+                    f"{ip}:{PORT}", "--proto", "spin", "--service",
                     f"fixed:{service_us:g}us", "--rate", rate, "--duration", a.duration,
                     "--warmup", "0.5", "--conns", "32", "--cores", "1", "--spin-us", "0",
                     "--quiet", "--json",
@@ -135,7 +153,7 @@ def one(topo, build, conf, rate, a, out, tag, interval_us, alloc_core, service_u
             aout, _ = alloc.communicate(timeout=30)
             alloc = None
             rep = json.loads(aout)
-        ws = stats(topo, build, name)
+        ws = stats(topo, build, name) if conf != "pthreads" else []
     finally:
         for p in (alloc, batch):
             if p and p.poll() is None:
@@ -231,7 +249,7 @@ def share(topo, build, a, out):
     runs = []
     for rnd in range(a.rounds):
         for rate in a.rates:
-            for conf in CONFS:
+            for conf in a.confs:
                 r = one(topo, build, conf, rate, a, out, f"r{rnd}-{rate}-{conf}",
                         a.interval_us, 1, a.service_us)
                 r["round"] = rnd
@@ -252,7 +270,7 @@ def table(runs, a):
           f"| grants/s | grant to running p50 µs | p99 µs | stolen |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for rate in a.rates:
-        for conf in CONFS:
+        for conf in a.confs:
             rs = [r for r in runs if r["conf"] == conf and r["rate"] == rate]
             if not rs:
                 continue
@@ -268,7 +286,7 @@ def table(runs, a):
                         med([r["realloc_p99_us"] or 0 for r in rs], "{:.0f}")]
             else:
                 row += ["–", "–", "–"]
-            row.append(med([r["stolen"] for r in rs], "{:.0f}"))
+            row.append("–" if conf == "pthreads" else med([r["stolen"] for r in rs], "{:.0f}"))
             print("| " + " | ".join(row) + " |")
 
 
@@ -284,10 +302,18 @@ def main():
     ap.add_argument("--pass-intervals", default="5,20,50,100,200,1000",
                     help="passcost: the intervals tried")
     ap.add_argument("--burst-idle-us", type=int, default=20)
+    ap.add_argument("--style", choices=("native", "threads"), default="native",
+                    help="the spin server: native API, or user-level threads (--threads)")
+    ap.add_argument("--confs", default="static1,static2,alloc,alloc-nobatch",
+                    help=f"share: configurations, in order (of {', '.join(CONFS)})")
     ap.add_argument("--build", default=str(ROOT / "build" / "release"))
     ap.add_argument("--out", default=str(ROOT / "docs" / "alloc_real"))
     a = ap.parse_args()
     a.rates = a.rates.split(",")
+    a.confs = a.confs.split(",")
+    if not a.confs or not set(a.confs) <= set(CONFS):
+        sys.exit(f"alloc_real: --confs: '{','.join(a.confs)}' is not a list of "
+                 f"{', '.join(CONFS)}")
     a.pass_intervals = [float(x) for x in a.pass_intervals.split(",")]
     parts = a.parts.split(",")
     if not set(parts) <= {"passcost", "wake", "share"}:
@@ -303,7 +329,7 @@ def main():
     topo.up()
     t0 = time.time()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `bench/alloc_real.py "
-          f"{' '.join(sys.argv[1:])}`, {os.cpu_count()} vCPUs: fp-echo spin --native on AF_XDP "
+          f"{' '.join(sys.argv[1:])}`, {os.cpu_count()} vCPUs: fp-echo spin --{a.style} on AF_XDP "
           f"(home core 0, burstable worker core 1), fp-loadgen and fp-batch (SCHED_IDLE) on "
           f"core 1; median (min-max) of {a.rounds} interleaved rounds")
     res = {}

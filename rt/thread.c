@@ -80,6 +80,7 @@ struct fp_tsched {
 	uint64_t stolen, came_home;   /* threads this one took from others; of its own, returns */
 	struct fp_thread *handoff;    /* a visitor that asked to go home (its home's inbox) */
 	struct fp_thread *requeue;    /* yielded: queued once off its stack (after_switch) */
+	uint64_t until_ns;            /* fp_tsched_run_for: start no thread after this; 0: none */
 #ifdef FP_ASAN
 	const void *main_bottom;      /* the OS thread's stack, for ASan's fiber switches */
 	size_t main_size;
@@ -332,16 +333,20 @@ static struct fp_thread *runq_pop(struct fp_tsched *s)
  * The current thread stops running (its state says why: ready again, blocked, sleeping
  * or dead); the next ready thread runs, or the scheduler's context when none is.
  */
+static uint64_t now_ns(void);
+
 static void switch_away(struct fp_tsched *s)
 {
-	struct fp_thread *me = s->cur, *next = runq_pop(s);
+	struct fp_thread *me = s->cur, *next;
 	bool dying = me->state == T_DEAD;
+	bool over = s->until_ns && now_ns() >= s->until_ns;   /* fp_tsched_run_for's end */
 	void *fake = NULL, **fakep = NULL;
 
+	next = over ? NULL : runq_pop(s);
 #ifdef FP_ASAN
 	fakep = &me->fake_stack;
 #endif
-	if (next == me || (!next && s->requeue == me)) {   /* it yielded and was alone */
+	if (next == me || (!next && !over && s->requeue == me)) {   /* yielded, alone */
 		s->requeue = NULL;
 		me->state = T_RUNNING;
 		return;
@@ -672,6 +677,24 @@ unsigned fp_tsched_run_ready(struct fp_tsched *s)
 		wake_sleepers(s);
 	while ((t = runq_pop(s)))
 		run_from_main(s, t);
+	tls_sched = outer;
+	return (unsigned)(s->switches - before);
+}
+
+unsigned fp_tsched_run_for(struct fp_tsched *s, uint64_t ns)
+{
+	struct fp_tsched *outer = tls_sched;
+	uint64_t before = s->switches;
+	struct fp_thread *t;
+
+	tls_sched = s;
+	asan_main_stack(s);
+	if (s->n_sleep)
+		wake_sleepers(s);
+	s->until_ns = now_ns() + ns;
+	while (now_ns() < s->until_ns && (t = runq_pop(s)))
+		run_from_main(s, t);
+	s->until_ns = 0;
 	tls_sched = outer;
 	return (unsigned)(s->switches - before);
 }

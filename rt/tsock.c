@@ -10,6 +10,7 @@
 #include <flowplane/tsock.h>
 
 #define TS_RX_MAX (256u << 10)   /* bytes taken from evl and held here per connection */
+#define TS_ROUND_NS 20000        /* --sched steal: threads start for this long a round */
 
 struct tw;
 
@@ -105,7 +106,10 @@ static void on_tick(struct fp_timer *t, uint64_t now_us);
 static void run_threads(struct tw *w)
 {
 	tls_w = w;
-	fp_tsched_run_ready(w->sched);
+	if (w->steal)   /* a short round: its writes leave, what is left may be stolen */
+		fp_tsched_run_for(w->sched, TS_ROUND_NS);
+	else
+		fp_tsched_run_ready(w->sched);
 	/* A sleeping thread must wake the worker even if nothing else does. */
 	uint64_t next = fp_tsched_next_wake_ns(w->sched);
 	uint64_t us = next ? next / 1000 + 1 : 0;

@@ -56,6 +56,10 @@ unsigned fp_tsched_run(struct fp_tsched *s);
 /* Run what is ready now (and sleepers that are due) until nothing is, without sleeping:
  * for a scheduler driven by an event loop (tsock.h). Returns how many threads ran. */
 unsigned fp_tsched_run_ready(struct fp_tsched *s);
+/* The same, but no thread starts once @ns have passed (the one running then goes on to
+ * its next switch): an event loop's round stays short, and what is left stays ready
+ * (for the next round, or another scheduler's steal). */
+unsigned fp_tsched_run_for(struct fp_tsched *s, uint64_t ns);
 /* When the earliest sleeper is due (CLOCK_MONOTONIC ns), or 0 when none sleeps. */
 uint64_t fp_tsched_next_wake_ns(const struct fp_tsched *s);
 

@@ -345,6 +345,40 @@ static void blocking_outside_is_named(void **state)
 	assert_non_null(strstr(buf, "fp_mutex_lock called outside a user-level thread"));
 }
 
+/* ---- a bounded run: no thread starts after the budget ---- */
+
+static unsigned ran_n;
+
+static void *busy(void *arg)
+{
+	struct timespec a, b;
+
+	(void)arg;
+	ran_n++;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	do   /* at least 100 us of work: past any budget below */
+		clock_gettime(CLOCK_MONOTONIC, &b);
+	while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 100000);
+	return NULL;
+}
+
+static void run_for_starts_nothing_after_its_budget(void **state)
+{
+	(void)state;
+	struct fp_tsched *s = fp_tsched_create(NULL);
+
+	assert_non_null(s);
+	ran_n = 0;
+	for (int i = 0; i < 3; i++)
+		fp_thread_detach(fp_thread_spawn(s, busy, NULL));
+	fp_tsched_run_for(s, 1000);      /* the first starts; when it ends, 1 us has passed */
+	assert_int_equal(ran_n, 1);
+	assert_true(fp_tsched_has_work(s));
+	assert_int_equal(fp_tsched_run(s), 0);
+	assert_int_equal(ran_n, 3);
+	fp_tsched_destroy(s);
+}
+
 /* ---- stealing: a visitor computes away and does everything else at home ---- */
 
 static pthread_t where[4];
@@ -504,6 +538,7 @@ int main(void)
 		cmocka_unit_test(sleepers_wake_in_order),
 		cmocka_unit_test(overflow_is_named),
 		cmocka_unit_test(blocking_outside_is_named),
+		cmocka_unit_test(run_for_starts_nothing_after_its_budget),
 		cmocka_unit_test(a_stolen_thread_runs_away_then_home),
 		cmocka_unit_test(threads_are_stolen_and_all_steps_done_once),
 	};

@@ -712,6 +712,11 @@ static int step_sched(struct rt_start *s)
 				s->run.app->name ? s->run.app->name : "this application"), -EINVAL;
 	s->cfg.idle = FP_IDLE_POLL;
 	if (!s->run.app->steal_safe) {   /* it balances its own work (fp_app.steal) */
+		if (!s->run.app->work_pending || !s->run.app->ready)
+			return snprintf(s->err, sizeof(s->err), "--sched steal: %s has a steal "
+					"hook without work_pending and ready (api.h: all three)",
+					s->run.app->name ? s->run.app->name : "this application"),
+			       -EINVAL;
 		s->run.app_steal = true;
 		return 0;
 	}

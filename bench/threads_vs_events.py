@@ -53,13 +53,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(build, cmd, mode):
-    """fp-echo @cmd (server or spin) in @mode's style on core 0, once it accepts: (proc, port)."""
-    port = free_port()
-    srv = subprocess.Popen([str(build / "apps" / "echo" / "fp-echo"), cmd, *STYLE[mode],
-                            "--net", "kernel", "--ip", "127.0.0.1", "--port", str(port),
-                            "--stats", "none", "--cores", "0"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def wait_accepting(srv, port, what):
+    """@srv (a Popen) once it accepts on @port: (srv, port); exit if it does not in 10 s."""
     deadline = time.time() + 10
     while True:
         try:
@@ -68,8 +63,18 @@ def start(build, cmd, mode):
         except OSError:
             if time.time() > deadline or srv.poll() is not None:
                 srv.kill()
-                sys.exit(f"threads_vs_events: {mode} {cmd} did not start")
+                sys.exit(f"threads_vs_events: {what} did not start")
             time.sleep(0.05)
+
+
+def start(build, cmd, mode):
+    """fp-echo @cmd (server or spin) in @mode's style on core 0, once it accepts: (proc, port)."""
+    port = free_port()
+    srv = subprocess.Popen([str(build / "apps" / "echo" / "fp-echo"), cmd, *STYLE[mode],
+                            "--net", "kernel", "--ip", "127.0.0.1", "--port", str(port),
+                            "--stats", "none", "--cores", "0"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return wait_accepting(srv, port, f"{mode} {cmd}")
 
 
 def start_kv(build, mode):
@@ -83,16 +88,7 @@ def start_kv(build, mode):
                 "--net", "kernel", "-l", "127.0.0.1", "-p", str(port), "-U", "0",
                 "--stats", "none", "--cores", "0"]
     srv = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 1).close()
-            return srv, port
-        except OSError:
-            if time.time() > deadline or srv.poll() is not None:
-                srv.kill()
-                sys.exit(f"threads_vs_events: {mode} kv server did not start")
-            time.sleep(0.05)
+    return wait_accepting(srv, port, f"{mode} kv server")
 
 
 def one(build, mode, a, out):

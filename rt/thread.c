@@ -209,8 +209,15 @@ void fp_tsched_destroy(struct fp_tsched *s)
 	free(s);
 }
 
-struct fp_tsched *fp_tsched_self(void) { return tls_sched; }
-struct fp_thread *fp_thread_self(void) { return tls_sched ? tls_sched->cur : NULL; }
+/* (through sched_here: LTO may inline these into a caller that has switched since) */
+struct fp_tsched *fp_tsched_self(void) { return sched_here(); }
+
+struct fp_thread *fp_thread_self(void)
+{
+	struct fp_tsched *s = sched_here();
+
+	return s ? s->cur : NULL;
+}
 uint64_t fp_tsched_switches(const struct fp_tsched *s) { return s->switches; }
 
 static void recycle(struct fp_tsched *s, struct fp_thread *t)
@@ -474,7 +481,7 @@ struct fp_thread *fp_thread_spawn(struct fp_tsched *s, fp_thread_fn fn, void *ar
 
 void fp_thread_yield(void)
 {
-	struct fp_tsched *s = tls_sched;
+	struct fp_tsched *s = sched_here();
 
 	if (s && s->cur && s->cur->s != s) {
 		go_home(s, s->cur);   /* a visitor yields by going home */
@@ -665,7 +672,8 @@ static void run_from_main(struct fp_tsched *s, struct fp_thread *t)
 #endif
 }
 
-unsigned fp_tsched_run_ready(struct fp_tsched *s)
+/* Run what is ready; with @ns, start no thread once @ns have passed. */
+static unsigned run_ready_for(struct fp_tsched *s, uint64_t ns)
 {
 	struct fp_tsched *outer = tls_sched;
 	uint64_t before = s->switches;
@@ -675,28 +683,22 @@ unsigned fp_tsched_run_ready(struct fp_tsched *s)
 	asan_main_stack(s);
 	if (s->n_sleep)
 		wake_sleepers(s);
-	while ((t = runq_pop(s)))
-		run_from_main(s, t);
-	tls_sched = outer;
-	return (unsigned)(s->switches - before);
-}
-
-unsigned fp_tsched_run_for(struct fp_tsched *s, uint64_t ns)
-{
-	struct fp_tsched *outer = tls_sched;
-	uint64_t before = s->switches;
-	struct fp_thread *t;
-
-	tls_sched = s;
-	asan_main_stack(s);
-	if (s->n_sleep)
-		wake_sleepers(s);
-	s->until_ns = now_ns() + ns;
-	while (now_ns() < s->until_ns && (t = runq_pop(s)))
+	s->until_ns = ns ? now_ns() + ns : 0;
+	while ((!ns || now_ns() < s->until_ns) && (t = runq_pop(s)))
 		run_from_main(s, t);
 	s->until_ns = 0;
 	tls_sched = outer;
 	return (unsigned)(s->switches - before);
+}
+
+unsigned fp_tsched_run_ready(struct fp_tsched *s)
+{
+	return run_ready_for(s, 0);
+}
+
+unsigned fp_tsched_run_for(struct fp_tsched *s, uint64_t ns)
+{
+	return run_ready_for(s, ns ? ns : 1);
 }
 
 unsigned fp_tsched_run(struct fp_tsched *s)

@@ -563,6 +563,26 @@ def steal_server(build_dir, port, workers, cores, env=None, sched="steal", stats
         os.environ.update(old)
 
 
+def pipelined_spin(build_dir, tmp_path, s, port, name):
+    """Pipelined spin requests (depth 4, 64 connections, exp 5 us) against @s, stopped
+    after: the point (every reply its request's), the workers' statistics, the server's
+    exit status and output."""
+    try:
+        r, doc = loadgen(build_dir, tmp_path, "--server", f"{HOST}:{port}", "--proto", "spin",
+                         "--service", "exp:5us", "--rate", "1k", "--duration", "1",
+                         "--warmup", "0.2", "--conns", "64", "--depth", "4",
+                         "--cores", CLIENT_CORE, *LENIENT, timeout=120)
+        (p,) = assert_clean(r, doc)
+        assert p["ok"] == p["completed"], p
+        st = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", name, "--totals"],
+                            capture_output=True, text=True, timeout=30)
+        assert st.returncode == 0, st.stderr
+        ws = json.loads(st.stdout)["workers"]
+    finally:
+        rc, out = s.close()
+    return p, ws, rc, out
+
+
 @pytest.mark.parametrize("workers,cores,force,sched", [
     (2, "0,1", True, "steal"),        # every batch stolen: it runs on the other worker
     (4, "0,1,0,1", True, "steal"),    # oversubscribed: two polling workers per core
@@ -579,19 +599,7 @@ def test_steal_keeps_every_connection_in_order(build_dir, tmp_path, workers, cor
     name = f"steal{os.getpid()}_{port}"
     s = steal_server(build_dir, port, workers, cores,
                      {"FP_RT_STEAL_FORCE": "1"} if force else None, sched=sched, stats=name)
-    try:
-        r, doc = loadgen(build_dir, tmp_path, "--server", f"{HOST}:{port}", "--proto", "spin",
-                         "--service", "exp:5us", "--rate", "1k", "--duration", "1",
-                         "--warmup", "0.2", "--conns", "64", "--depth", "4",
-                         "--cores", CLIENT_CORE, *LENIENT, timeout=120)
-        (p,) = assert_clean(r, doc)
-        assert p["ok"] == p["completed"], p
-        st = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", name, "--totals"],
-                            capture_output=True, text=True, timeout=30)
-        assert st.returncode == 0, st.stderr
-        ws = json.loads(st.stdout)["workers"]
-    finally:
-        rc, out = s.close()
+    p, ws, rc, out = pipelined_spin(build_dir, tmp_path, s, port, name)
     stolen = sum(w["sched_stolen"] for w in ws)
     local = sum(w["sched_local"] for w in ws)
     if sched == "part":
@@ -629,19 +637,7 @@ def test_threads_are_stolen_in_order(build_dir, tmp_path, workers, cores, force)
     s = steal_server(build_dir, port, workers, cores,
                      {"FP_RT_STEAL_FORCE": "1"} if force else None, stats=name,
                      style="--threads")
-    try:
-        r, doc = loadgen(build_dir, tmp_path, "--server", f"{HOST}:{port}", "--proto", "spin",
-                         "--service", "exp:5us", "--rate", "1k", "--duration", "1",
-                         "--warmup", "0.2", "--conns", "64", "--depth", "4",
-                         "--cores", CLIENT_CORE, *LENIENT, timeout=120)
-        (p,) = assert_clean(r, doc)
-        assert p["ok"] == p["completed"], p
-        st = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", name, "--totals"],
-                            capture_output=True, text=True, timeout=30)
-        assert st.returncode == 0, st.stderr
-        ws = json.loads(st.stdout)["workers"]
-    finally:
-        rc, out = s.close()
+    p, ws, rc, out = pipelined_spin(build_dir, tmp_path, s, port, name)
     assert rc == 0, out
     stolen = sum(w["sched_stolen"] for w in ws)
     if force:   # at least one steal per request (a thread is stolen each time it is ready)

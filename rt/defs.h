@@ -101,6 +101,7 @@ unsigned rt_steal_round(struct fp_ctx *ctx);
 bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c);
 bool rt_steal_pending(const struct fp_ctx *ctx);
 unsigned rt_app_steal_round(struct fp_ctx *ctx);
+bool rt_steal_home_work(struct fp_ctx *ctx);
 void rt_steal_enter(struct rt_run *run);
 void rt_steal_leave(struct rt_run *run);
 void rt_steal_counts(const struct rt_run *run, unsigned worker, uint64_t *stolen_runs,
@@ -160,6 +161,8 @@ void rt_steer_worker_exit(struct rt_steer *s, unsigned me, struct fp_stack *stac
 			  struct fp_pool_cache *c);
 /* Before sleeping: false when frames already wait (do not sleep); after: done. */
 bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me);
+/* Wake the workers of the @workers mask that sleep (after publishing work for them). */
+void rt_steer_kick(struct rt_steer *s, uint64_t workers);
 void rt_steer_sleep_done(struct rt_steer *s, unsigned me);
 
 /* Set up / tear down @ctx's arrays and timers; 0 or -ENOMEM. */

@@ -391,6 +391,7 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		if ((w = opt_word(opt, val, idles, err, errlen)) < 0)
 			return -1;
 		cfg->idle = (enum fp_idle)w;
+		cfg->idle_set = true;
 		return 1;
 	}
 	if (!strcmp(opt, "kernel-steer")) {
@@ -699,7 +700,11 @@ static void cpuset_str(const cpu_set_t *set, char *out, size_t len)
 }
 
 /* Step "sched": --sched steal sets up the shuffle layer (rt/steal.c). Its workers poll:
- * one asleep could neither steal nor have its flows stolen until it woke. */
+ * one asleep could neither steal nor have its flows stolen until it woke. Under --burst,
+ * where the burstable workers steal and the homes need not, a home keeps an --idle
+ * policy given explicitly: idle, with none of its work running elsewhere (a steal's
+ * results must find it awake), it sleeps and gives its core back, as Shenango parks
+ * every core of an idle runtime; its queue's frames and hand-overs wake it. */
 static int step_sched(struct rt_start *s)
 {
 	int rc;
@@ -710,7 +715,8 @@ static int step_sched(struct rt_start *s)
 		return snprintf(s->err, sizeof(s->err), "--sched steal: %s's handler cannot run "
 				"on another worker's flows (it is not steal-safe); use --sched part",
 				s->run.app->name ? s->run.app->name : "this application"), -EINVAL;
-	s->cfg.idle = FP_IDLE_POLL;
+	if (!(s->cfg.n_burst && s->cfg.idle_set))
+		s->cfg.idle = FP_IDLE_POLL;
 	if (!s->run.app->steal_safe) {   /* it balances its own work (fp_app.steal) */
 		if (!s->run.app->work_pending || !s->run.app->ready)
 			return snprintf(s->err, sizeof(s->err), "--sched steal: %s has a steal "
@@ -1110,8 +1116,10 @@ static void rt_summary(struct rt_start *s)
 	else
 		snprintf(stats, sizeof(stats), "stats %ld", (long)getpid());
 	if (c->sched == FP_SCHED_STEAL && c->n_burst)
-		snprintf(idle, sizeof(idle), "sched steal, idle poll, %u burstable (park after %u "
-			 "us idle; fp-ctl alloc grants)", c->n_burst, c->burst_idle_us);
+		snprintf(idle, sizeof(idle), "sched steal, homes idle %s, %u burstable (park after "
+			 "%u us idle; fp-ctl alloc grants)",
+			 c->idle == FP_IDLE_POLL ? "poll" : c->idle == FP_IDLE_ADAPTIVE ?
+			 "adaptive" : "sleep", c->n_burst, c->burst_idle_us);
 	else if (c->sched == FP_SCHED_STEAL)
 		snprintf(idle, sizeof(idle), "sched steal, idle poll");
 	else if (c->transport == FP_TRANSPORT_DPDK && c->idle != FP_IDLE_POLL && !c->nap_us)

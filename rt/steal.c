@@ -277,6 +277,8 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	w->stolen_runs++;
 	ctx->stats->sched_stolen++;
 	fp_shuf_ran(ctx->run->sh, ctx->worker, &s->sf);
+	if (ctx->run->steer)   /* a home that sleeps (--burst --idle) must run the calls */
+		rt_steer_kick(ctx->run->steer, 1ull << s->sf.home);
 }
 
 /* ---- the round ---- */
@@ -385,8 +387,25 @@ unsigned rt_app_steal_round(struct fp_ctx *ctx)
 	if (!done && !ctx->no_steal && !rt_ctx_stopping(ctx) && run->app->steal(ctx)) {
 		ctx->stats->sched_stolen++;
 		done++;
+		/* the thread went home: its home may sleep (--burst --idle), wake it (which
+		 * home is the application's to know: the others, those asleep) */
+		if (run->steer)
+			rt_steer_kick(run->steer, ~(1ull << ctx->worker));
 	}
 	return done;
+}
+
+/* Whether this worker has work of its own that no frame announces: flows or threads that
+ * came back from a thief, own ready flows. Before a home sleeps (--burst with an --idle
+ * policy), after announcing it would (rt_steer_sleep_prepare): a thief returning work
+ * either sees it asleep and wakes it, or this sees the work. */
+bool rt_steal_home_work(struct fp_ctx *ctx)
+{
+	const struct fp_shuf *sh = ctx->run->sh;
+
+	if (sh)
+		return fp_shuf_has_returns(sh, ctx->worker) || fp_shuf_ready_count(sh, ctx->worker);
+	return ctx->run->app_steal && ctx->run->app->work_pending(ctx, false);
 }
 
 /* Whether a round has scheduler work though the transport brought nothing: flows that came

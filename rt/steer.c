@@ -749,6 +749,11 @@ void rt_steer_worker_exit(struct rt_steer *s, unsigned me, struct fp_stack *stac
 	w->n_hold = 0;
 }
 
+void rt_steer_kick(struct rt_steer *s, uint64_t workers)
+{
+	wake(s, workers & (s->n < 64 ? (1ull << s->n) - 1 : ~0ull));
+}
+
 bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me)
 {
 	atomic_store_explicit(&s->wk[me].sleeping, 1, memory_order_relaxed);

@@ -397,6 +397,10 @@ static void rt_sleep_fd(struct rt_wk *w, uint64_t now, int extra_fd)
 		return;
 	if (w->steer && !rt_steer_sleep_prepare(w->steer, w->ctx.worker))
 		return;   /* frames handed over to us wait */
+	if (w->steer && (w->run->sh || w->run->app_steal) && rt_steal_home_work(&w->ctx)) {
+		rt_steer_sleep_done(w->steer, w->ctx.worker);
+		return;   /* a thief brought work back: run it */
+	}
 	struct pollfd p[4] = { { .fd = fd, .events = POLLIN },   /* poll() skips an fd of -1 */
 			       { .fd = w->run->wake_fd, .events = POLLIN },
 			       { .fd = w->steer ? rt_steer_wake_fd(w->steer, w->ctx.worker) : -1,

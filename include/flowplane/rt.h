@@ -88,6 +88,7 @@ struct fp_rt_config {
 	unsigned n_steer_weights;        /* 0: equal */
 	unsigned batch;                  /* B: frames per stack pass (default 64) */
 	enum fp_idle idle;
+	bool idle_set;                  /* --idle given: under --burst the homes keep it */
 	enum fp_sched sched;             /* default partitioned; steal implies --idle poll */
 	bool steal_force;                /* tests: a worker never runs its own flows, so
 					  * every batch is stolen */

@@ -29,6 +29,9 @@ connection on Linux sockets (fp-echo spin --pthreads, on the kernel's address of
 veth), free to run on both cores, where Linux's scheduler takes core 1 from the SCHED_IDLE
 batch job whenever a thread is runnable: the peer for the allocator. Issue 19's three-way
 comparison is `--parts share --style threads --confs pthreads,static1,alloc`.
+alloc-sleep is alloc with the home sleeping when idle (--idle sleep: Shenango parks every
+core of an idle runtime), and --batch-cores 0,1 runs a batch job on each core, so what an
+idle or lightly loaded service leaves of the home's core is counted too.
 
 Markdown on stdout, every run in --out/alloc_real.json. Root (namespaces, AF_XDP).
 
@@ -49,7 +52,7 @@ from benchlib import med  # noqa: E402
 from netns import Topo, stop_process  # noqa: E402
 
 PORT = 7
-CONFS = ("static1", "static2", "alloc", "alloc-nobatch", "pthreads")
+CONFS = ("static1", "static2", "alloc", "alloc-nobatch", "alloc-sleep", "pthreads")
 
 
 def stats(topo, build, name):
@@ -91,7 +94,9 @@ def start_server(topo, build, name, conf, a):
                          "1"],
              "static2": ["--workers", "2", "--cores", "0,1", "--sched", "steal"],
              "alloc": ["--workers", "2", "--cores", "0,1", "--sched", "steal", "--burst", "1",
-                       "--burst-idle-us", str(a.burst_idle_us)]}[conf]
+                       "--burst-idle-us", str(a.burst_idle_us)]}[conf.split("-")[0]]
+    if conf == "alloc-sleep":
+        extra += ["--idle", "sleep"]
     srv = topo.popen(topo.srv_ns, [build / "apps" / "echo" / "fp-echo", "spin",
                                    f"--{a.style}", "--port", PORT, "--if", topo.srv_if, "--ip",
                                    f"{topo.fp_srv_ip}/24", "--stats", name, *extra])
@@ -104,8 +109,8 @@ def start_alloc(topo, build, name, interval_us, core, seconds=None):
                                     *(["--seconds", str(seconds)] if seconds else [])])
 
 
-def batch_job(build, seconds):
-    return subprocess.Popen(["taskset", "-c", "1", str(build / "bench" / "fp-batch"),
+def batch_job(build, seconds, core=1):
+    return subprocess.Popen(["taskset", "-c", str(core), str(build / "bench" / "fp-batch"),
                              str(seconds)], stdout=subprocess.PIPE, text=True)
 
 
@@ -122,17 +127,17 @@ def alloc_fields(rep):
 
 
 def one(topo, build, conf, rate, a, out, tag, interval_us, alloc_core, service_us):
-    """One run of the service at @rate with the batch job on core 1."""
+    """One run of the service at @rate with a batch job on each of --batch-cores."""
     name = f"ar{os.getpid() % 10000}"
     base = conf.split("-")[0]
-    srv = start_server(topo, build, name, base, a)
-    alloc = batch = None
-    bout = None
+    srv = start_server(topo, build, name, conf, a)
+    alloc = None
+    batch, bouts = [], []
     try:
         if base == "alloc":
             alloc = start_alloc(topo, build, name, interval_us, alloc_core)
         if not conf.endswith("-nobatch"):
-            batch = batch_job(build, a.duration + 1)
+            batch = [batch_job(build, a.duration + 1, c) for c in a.batch_cores]
         time.sleep(0.3)
         lgj = out / f"{tag}.lg.json"
         ip = topo.srv_ip if conf == "pthreads" else topo.fp_srv_ip
@@ -144,9 +149,9 @@ def one(topo, build, conf, rate, a, out, tag, interval_us, alloc_core, service_u
                     lgj, check=False, timeout=a.duration + 60)
         if r.returncode:
             raise RuntimeError(f"fp-loadgen: {r.stderr[-400:]}")
-        if batch:
-            bout, _ = batch.communicate(timeout=a.duration + 30)
-            batch = None
+        while batch:
+            bouts.append(json.loads(batch[0].communicate(timeout=a.duration + 30)[0]))
+            batch.pop(0)
         rep = None
         if alloc:
             alloc.send_signal(2)
@@ -155,7 +160,7 @@ def one(topo, build, conf, rate, a, out, tag, interval_us, alloc_core, service_u
             rep = json.loads(aout)
         ws = stats(topo, build, name) if conf != "pthreads" else []
     finally:
-        for p in (alloc, batch):
+        for p in [alloc, *batch]:
             if p and p.poll() is None:
                 p.kill()
                 p.wait()
@@ -166,7 +171,8 @@ def one(topo, build, conf, rate, a, out, tag, interval_us, alloc_core, service_u
            "achieved_rps": p["achieved_rps"], "valid": p["valid"],
            "invalid": p.get("invalid_reasons"), "slip_p99_us": p["slip_us"]["p99"],
            "timeouts": p["timeouts"], "errors": p["errors"],
-           "batch_chunks_per_s": json.loads(bout)["chunks_per_s"] if bout else None,
+           "batch_chunks_per_s": sum(b["chunks_per_s"] for b in bouts) if bouts else None,
+           "batch_by_core": {c: b["chunks_per_s"] for c, b in zip(a.batch_cores, bouts)},
            "stolen": sum(w["sched_stolen"] for w in ws)}
     if rep:
         res.update(alloc_fields(rep))
@@ -304,6 +310,8 @@ def main():
     ap.add_argument("--burst-idle-us", type=int, default=20)
     ap.add_argument("--style", choices=("native", "threads"), default="native",
                     help="the spin server: native API, or user-level threads (--threads)")
+    ap.add_argument("--batch-cores", default="1",
+                    help="share: a batch job on each of these cores (default 1)")
     ap.add_argument("--confs", default="static1,static2,alloc,alloc-nobatch",
                     help=f"share: configurations, in order (of {', '.join(CONFS)})")
     ap.add_argument("--build", default=str(ROOT / "build" / "release"))
@@ -311,6 +319,7 @@ def main():
     a = ap.parse_args()
     a.rates = a.rates.split(",")
     a.confs = a.confs.split(",")
+    a.batch_cores = [int(c) for c in a.batch_cores.split(",")]
     if not a.confs or not set(a.confs) <= set(CONFS):
         sys.exit(f"alloc_real: --confs: '{','.join(a.confs)}' is not a list of "
                  f"{', '.join(CONFS)}")
@@ -330,8 +339,10 @@ def main():
     t0 = time.time()
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, `bench/alloc_real.py "
           f"{' '.join(sys.argv[1:])}`, {os.cpu_count()} vCPUs: fp-echo spin --{a.style} on AF_XDP "
-          f"(home core 0, burstable worker core 1), fp-loadgen and fp-batch (SCHED_IDLE) on "
-          f"core 1; median (min-max) of {a.rounds} interleaved rounds")
+          f"(home core 0, burstable worker core 1), fp-loadgen on core 1, fp-batch "
+          f"(SCHED_IDLE) on core{'s' if len(a.batch_cores) > 1 else ''} "
+          f"{','.join(map(str, a.batch_cores))}; median (min-max) of {a.rounds} interleaved "
+          f"rounds")
     res = {}
     try:
         for part in parts:

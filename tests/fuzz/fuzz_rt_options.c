@@ -98,7 +98,7 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 	else if (!strcmp(opt, "batch"))
 		F(batch);
 	else if (!strcmp(opt, "idle"))
-		F(idle);
+		F(idle), F(idle_set);
 	else if (!strcmp(opt, "spin-us"))
 		F(spin_us);
 	else if (!strcmp(opt, "nap-us"))

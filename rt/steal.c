@@ -388,9 +388,12 @@ unsigned rt_app_steal_round(struct fp_ctx *ctx)
 		ctx->stats->sched_stolen++;
 		done++;
 		/* the thread went home: its home may sleep (--burst --idle), wake it (which
-		 * home is the application's to know: the others, those asleep) */
+		 * home is the application's to know: every other home, those asleep; not
+		 * the parked burstable workers, which have no work to come back) */
+		uint64_t homes = run->cfg->n_burst ? (1ull << run->burst_first) - 1 : ~0ull;
+
 		if (run->steer)
-			rt_steer_kick(run->steer, ~(1ull << ctx->worker));
+			rt_steer_kick(run->steer, homes & ~(1ull << ctx->worker));
 	}
 	return done;
 }

@@ -138,20 +138,29 @@ def test_demo_interrupted_cleans_up(root):
         args = [root / "flowplane", "demo", "--quick"]
     before = netns_names()
     env, token = marked_env()
-    p = subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    # its output to a file: a pipe nobody reads while we wait could fill and stop it
+    log = tempfile.TemporaryFile(mode="w+")
+    p = subprocess.Popen([str(a) for a in args], stdout=log, stderr=subprocess.STDOUT,
                          text=True, start_new_session=True, env=env)
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not leftover_processes(token):
+        while time.time() < deadline and not leftover_processes(token) and p.poll() is None:
             time.sleep(0.2)     # wait until a server or the generator is running
-        assert leftover_processes(token), "the demo never started a server"
+        if not leftover_processes(token):
+            log.seek(0)
+            said = log.read()[-3000:]
+            if p.poll() is not None:   # it ended before starting one: say how
+                raise AssertionError(f"the demo exited {p.returncode} before starting a "
+                                     f"server:\n{said}")
+            raise AssertionError(f"the demo started no server within 120 s:\n{said}")
         time.sleep(2)
         os.killpg(p.pid, signal.SIGINT)
-        p.communicate(timeout=60)
+        p.wait(60)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+        log.close()
     assert p.returncode != 0
     deadline = time.time() + 10
     while time.time() < deadline and (leftover_processes(token) or netns_names() - before):

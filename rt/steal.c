@@ -39,6 +39,9 @@
 
 #define RT_STEAL_LOCAL_MAX 64     /* own ready flows run per round, so returns and new
 				   * frames are not starved by a long queue */
+#define RT_STEAL_LOCAL_NS 20000   /* and no new one after this long: the round's sends
+				   * leave, and what is left stays for thieves (as tsock's
+				   * threads, TS_ROUND_NS) */
 
 /* An event waiting in a flow's inbox or batch: the condition as the transport gave it. */
 struct rt_sev {
@@ -351,8 +354,10 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	/* 3. the rest: an ordinary round */
 	done += rt_ctx_round_plain(ctx) + (keep ? 1 : 0);
 	/* 4. own ready flows */
+	uint64_t until = fp_rdtsc() + fp_ns_to_cycles(RT_STEAL_LOCAL_NS);
+
 	for (unsigned k = 0; !run->cfg->steal_force && k < RT_STEAL_LOCAL_MAX &&
-	     (sf = fp_shuf_take(sh, me)); k++, done++) {
+	     (!k || fp_rdtsc() < until) && (sf = fp_shuf_take(sh, me)); k++, done++) {
 		note_taken(run, sf);
 		run_flow(ctx, w, SFLOW(sf));
 	}

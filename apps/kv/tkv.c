@@ -26,6 +26,8 @@
  *   pass a quiescent state, tick the store, drain log watchers, crawl expired items
  *   (worker 0) and, once a second, reset connections whose value arrives too slowly.
  * - -c: past it, memcached's "ERROR Too many open connections" and a close.
+ * - --sched steal: another worker may resume a thread whose read or sleep ended; what
+ *   follows touches this worker's state, so it goes home first (fp_thread_home).
  */
 
 #define TKV_TICK_US       1000
@@ -142,6 +144,7 @@ static void *conn_thread(void *arg)
 		if (!serve(tc))
 			break;
 	}
+	fp_thread_home();   /* (a read's end may have been stolen) the worker's list is home's */
 	if (cfg->proto->verbose > 1)
 		fprintf(stderr, "fp-kv: worker %u: closing a connection\n", tc->w);
 	conn_unlink(tc);
@@ -231,6 +234,7 @@ static void *tick_thread(void *arg)
 	struct kv_store *st = cfg->proto->store;
 
 	while (!workers[w].stopping) {
+		fp_thread_home();   /* woken, it may run elsewhere: worker @w's state is home's */
 		kv_store_quiesce(st, w);
 		kv_store_tick(st, unix_ns());
 		cfg->proto->ws[w].out_bytes = fp_tapp_out_total();   /* response_obj_bytes */

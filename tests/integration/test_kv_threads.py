@@ -137,3 +137,12 @@ def test_an_item_larger_than_the_default_output_cap(fpkv):
             assert c.cmd(b"version").startswith(b"VERSION")
         finally:
             c.close()
+
+
+def test_stolen_threads_stay_linearisable(fpkv, build_dir, monkeypatch):
+    """--sched steal with FP_RT_STEAL_FORCE on two workers: every ready thread is first run
+    by the other worker, and goes home for the protocol (tkv.c); the linearisability
+    check still holds."""
+    monkeypatch.setenv("FP_RT_STEAL_FORCE", "1")
+    monkeypatch.setattr(K, "fpkv_kernel", lambda exe: _kernel_cmd(exe) + ["--sched", "steal"])
+    K.test_concurrency_linearisable(fpkv, build_dir)

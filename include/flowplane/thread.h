@@ -11,7 +11,7 @@
  * callee-saved registers and the stack pointer; why it ends in a `ret` is said there).
  * Threads are cooperative: one runs until it yields, blocks (join, a mutex, a
  * condition variable, sleep) or returns; a thread that never does keeps the others waiting
- * (preemption is the 5 us allocator's work, issue 19's later step).
+ * (nothing preempts it: the runtime detects and names a worker stuck so, rt/README.md).
  *
  * Stacks are mmap()ed with a PROT_NONE guard page below them and reused: a thread that
  * overflows its stack stops the process with one line naming it and its stack size, not

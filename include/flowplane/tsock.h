@@ -18,8 +18,9 @@
  * stack, its batching and its zero-copy receive are evl's; a thread adds one switch per
  * wake-up (thread.h: about 3 ns).
  *
- * Reads copy out of what evl showed (up to 256 KiB a connection is taken and buffered
- * here; beyond, evl holds the rest and TCP closes the window). Writes copy into evl's
+ * A read that waits is completed by evl's callback, which copies straight into the
+ * reader's buffer; other reads copy out of what evl showed (up to 256 KiB a connection
+ * is taken and buffered here; beyond, evl holds the rest and TCP closes the window). Writes copy into evl's
  * output and block while it is full (evl's max_pending, 4 MiB) until it drains.
  *
  * When the run stops, every thread blocked in accept, read or write is woken with an error

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -270,72 +269,22 @@ static void report(const struct fp_alloc *a, const struct arun *runs, unsigned n
 		printf("]");   /* the caller closes the object, after --batch's part */
 }
 
-/* --batch: the batch job Shenango fills spare cores with, on the pool's cores at
- * SCHED_IDLE (any worker the allocator wakes preempts it at once), in a process group of
- * its own; its output goes to our stderr. Its pid, or -1 after one line on stderr. */
-static pid_t batch_start(const char *cmd, const int *pool, unsigned n_pool)
+/* --batch's account: the CPU seconds the job got (ctl_batch_end: SIGTERM, SIGKILL after
+ * 2 s, unless it ended by itself) and their share of the pool's time over @secs. */
+static void batch_report(struct ctl_batch *b, double secs, unsigned n_pool, bool json)
 {
-	cpu_set_t set;
-	pid_t pid;
+	double cpu = ctl_batch_end(b);
+	int status = b->status;
 
-	CPU_ZERO(&set);
-	for (unsigned i = 0; i < n_pool; i++)
-		CPU_SET(pool[i], &set);
-	fflush(NULL);
-	if ((pid = fork()) < 0) {
-		fprintf(stderr, "fp-ctl: alloc: --batch: fork: %s\n", strerror(errno));
-		return -1;
-	}
-	if (pid == 0) {
-		struct sched_param sp = { 0 };
-
-		setpgid(0, 0);
-		dup2(2, 1);
-		if (sched_setaffinity(0, sizeof(set), &set) < 0 ||
-		    sched_setscheduler(0, SCHED_IDLE, &sp) < 0) {
-			fprintf(stderr, "fp-ctl: alloc: --batch: cannot confine it to the pool at "
-				"SCHED_IDLE: %s\n", strerror(errno));
-			_exit(126);
-		}
-		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-		fprintf(stderr, "fp-ctl: alloc: --batch: /bin/sh: %s\n", strerror(errno));
-		_exit(127);
-	}
-	setpgid(pid, pid);
-	return pid;
-}
-
-/* Stop the batch job (its whole group) and say what it got: CPU seconds and their share of
- * the pool's time over @secs. */
-static void batch_stop(pid_t pid, double secs, unsigned n_pool, bool json)
-{
-	struct rusage ru;
-	int status = 0;
-	pid_t r = wait4(pid, &status, WNOHANG, &ru);
-	bool ended = r == pid;
-
-	if (!ended) {
-		kill(-pid, SIGTERM);
-		for (int i = 0; i < 100 && !(ended = wait4(pid, &status, WNOHANG, &ru) == pid); i++)
-			usleep(10000);
-		if (!ended) {
-			kill(-pid, SIGKILL);
-			wait4(pid, &status, 0, &ru);
-		}
-		r = 0;   /* stopped by us */
-	}
-	kill(-pid, SIGKILL);   /* what the shell left behind */
-	double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-		     (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 	if (json)
 		printf(", \"batch\": {\"cpu_s\": %.3f, \"pool_cores\": %u, \"share_of_pool\": %.4f, "
 		       "\"ended_by_itself\": %s, \"status\": %d}", cpu, n_pool,
-		       secs > 0 ? cpu / (secs * n_pool) : 0, r ? "true" : "false",
+		       secs > 0 ? cpu / (secs * n_pool) : 0, b->by_itself ? "true" : "false",
 		       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 	else
 		printf("  batch job: %.2f CPU-s, %.0f%% of the pool's %u core%s over %.1f s%s\n", cpu,
 		       secs > 0 ? 100.0 * cpu / (secs * n_pool) : 0, n_pool, n_pool == 1 ? "" : "s",
-		       secs, r ? " (it ended by itself)" : "");
+		       secs, b->by_itself ? " (it ended by itself)" : "");
 }
 
 static int usage_error(const char *what, const char *v)
@@ -351,7 +300,7 @@ int ctl_alloc_main(int argc, char **argv)
 	double interval_us = 5, seconds = 0;
 	bool sleep_mode = false, json = false;
 	const char *batch_cmd = NULL;
-	pid_t batch = -1;
+	struct ctl_batch batch = { .pid = -1 };
 	int core = -1, pool[FP_ALLOC_MAX_CORES];
 	unsigned n_runs = 0, n_pool = 0;
 
@@ -433,10 +382,28 @@ int ctl_alloc_main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	if (batch_cmd && (batch = batch_start(batch_cmd, pool, n_pool)) < 0) {
-		for (unsigned i = 0; i < n_runs; i++)
-			detach(&runs[i]);
-		return 1;
+	if (batch_cmd) {
+		/* Shenango's batch job: on the whole pool at SCHED_IDLE (a worker the allocator
+		 * wakes preempts it at once), sharing its cores rather than confined by a cpuset */
+		uint64_t mask = 0;
+		char err[400];
+
+		for (unsigned i = 0; i < n_pool; i++)
+			mask |= pool[i] < 64 ? 1ull << pool[i] : 0;
+		fflush(NULL);
+		int rc = -EINVAL;
+
+		if (mask == 0 || (unsigned)__builtin_popcountll(mask) != n_pool)
+			snprintf(err, sizeof(err), "the pool's cores must be 0-63");
+		else
+			rc = ctl_batch_start(&batch, batch_cmd, mask, mask,
+					     CTL_BATCH_IDLE | CTL_BATCH_NO_CGROUP, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "fp-ctl: alloc: --batch: %s\n", err);
+			for (unsigned i = 0; i < n_runs; i++)
+				detach(&runs[i]);
+			return 1;
+		}
 	}
 	uint64_t step = (uint64_t)(interval_us * 1000.0), t0 = now_ns(), next = t0 + step;
 	uint64_t check = t0, passes = 0, late = 0;
@@ -476,8 +443,8 @@ int ctl_alloc_main(int argc, char **argv)
 	double secs = (double)(now_ns() - t0) / 1e9;
 
 	report(&a, runs, n_runs, secs, passes, late, interval_us, json);
-	if (batch > 0)
-		batch_stop(batch, secs, n_pool, json);
+	if (batch.pid > 0)
+		batch_report(&batch, secs, n_pool, json);
 	if (json)
 		printf("}\n");
 	for (unsigned i = 0; i < n_runs; i++)

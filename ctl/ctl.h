@@ -4,11 +4,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <flowplane/rt_stats.h>
 
 #define CTL_MAX_WORKERS 64
 #define CTL_GROUPS      128
+#define CTL_MAX_RUNGS   128
 
 /* ---- the command channel (chan.c) ---- */
 
@@ -25,6 +27,24 @@ const char *ctl_refusal(uint32_t op, int result);
 /* Whether the run's process still exists. */
 bool ctl_run_alive(const struct fp_rt_stats_hdr *h);
 
+/* @s without its leading blanks and trailing blanks and CR (cut in place): the policy and
+ * power files' lines. */
+char *ctl_trim(char *s);
+
+/* ---- the power model (power.c): the files in bench/power/, for fp-ctl watch ---- */
+
+/* Watts at the nominal clock (the model's voltage factor 1): the package while it runs, a
+ * core awake (busy or polling), a core asleep (C6). */
+struct ctl_power {
+	double uncore_w, core_w, c6_w;
+};
+
+/* The text of a parameter file ("name = value low high" lines, # comments): 0, or
+ * -EINVAL with one line in @err naming the line and what is wrong. */
+int ctl_power_parse(struct ctl_power *pw, const char *text, char *err, size_t errlen);
+/* The package's watts with @n cores, each asleep the share @asleep[i] (clamped to 0..1). */
+double ctl_power_watts(const struct ctl_power *pw, unsigned n, const double *asleep);
+
 /* ---- the policy (policy.c): a function of what the loop sees, no I/O ---- */
 
 /*
@@ -35,6 +55,12 @@ bool ctl_run_alive(const struct fp_rt_stats_hdr *h);
  * margin, is safe). Frequency steps and hyperthreads are the paper's other steps; real cores
  * here have neither, so this policy steps cores only (the simulator models frequency).
  */
+/* One configuration of IX's policy ladder: how many workers poll, at what clock. */
+struct ctl_rung {
+	unsigned workers;
+	double ghz;
+};
+
 struct ctl_policy {
 	unsigned interval_ms;        /* the loop's period: 100 (IX's 10 Hz) */
 	double delay_max_us;         /* add a worker above this queueing delay: 300 */
@@ -45,6 +71,20 @@ struct ctl_policy {
 	unsigned min_workers;        /* never fewer polling: 1 */
 	unsigned max_workers;        /* never more: 0 = all the run has */
 	unsigned down_hold_ms;       /* no removal within this long of any change: 1000 */
+	/* IX's derived policy (SoCC'15 §3.2) as data: the configurations to step through as
+	 * load rises, in order of capacity (workers x GHz), e.g. "1@1.2, 2@1.2, ..., 8@2.4";
+	 * none (n_rungs 0): step one worker at a time (fp-ctl run; real cores here have no
+	 * clock to set, so fp-ctl refuses a ladder and the simulator runs it) */
+	unsigned n_rungs;
+	struct ctl_rung rung[CTL_MAX_RUNGS];
+	/* ladder only: 0, IX's one rung up per tick; 1, up to the lowest rung of capacity
+	 * cap x (1 + delay / interval): enough to serve the arrivals and drain the queue the
+	 * delay estimate implies within one interval */
+	unsigned up_drain;
+	/* ladder only: 0, IX's one rung down per tick; 1, down to the lowest rung whose
+	 * capacity exceeds cap x (1 - idle + idle_margin) (IX's test, applied to every rung
+	 * below), so a load that fell several rungs' worth is followed in one tick */
+	unsigned down_fit;
 };
 
 void ctl_policy_default(struct ctl_policy *p);
@@ -80,6 +120,16 @@ struct ctl_decision {
 
 struct ctl_decision ctl_decide(const struct ctl_policy *p, const struct ctl_view *v);
 
+/* The same signals over @p's ladder, standing on rung @cur: UP (one rung up) when some
+ * worker's queueing delay exceeds the bound, DOWN (one rung down) when the idle share says
+ * the load fits the rung below (idle > 1 - capacity below / capacity here + idle_margin,
+ * which for a worker fewer is ctl_decide's 1/n + margin), after down_hold_ms. The
+ * decision's worker field is the rung to go to. With up_drain, UP goes to the lowest rung
+ * that serves the arrivals and drains the estimated queue within an interval; with
+ * down_fit, DOWN goes to the lowest rung that passes the idle test. */
+struct ctl_decision ctl_decide_ladder(const struct ctl_policy *p, const struct ctl_view *v,
+				      unsigned cur);
+
 struct ctl_move {
 	uint8_t group;
 	uint8_t to;
@@ -91,6 +141,37 @@ struct ctl_move {
 unsigned ctl_plan(const uint16_t table[CTL_GROUPS], unsigned n_groups, unsigned n,
 		  uint64_t target, struct ctl_move *out, unsigned max);
 
+/* ---- the batch job of the consolidation objective (batch.c) ---- */
+
+enum { CTL_BATCH_CGROUP2 = 1, CTL_BATCH_CGROUP1, CTL_BATCH_AFFINITY };
+/* ctl_batch_start's flags */
+#define CTL_BATCH_IDLE      1u   /* at SCHED_IDLE: any other thread on its cores preempts it */
+#define CTL_BATCH_NO_CGROUP 2u   /* affinity only (cores it shares, as fp-ctl alloc's pool) */
+
+struct ctl_batch {
+	pid_t pid;                   /* `sh -c CMD`, leader of its process group */
+	int how;                     /* CTL_BATCH_*: what confines it */
+	char dir[300];               /* its cgroup ("" with affinity) */
+	uint64_t cpus;               /* the cores it may use now (bit c: CPU c) */
+	bool stopped, exited;
+	bool by_itself;              /* it ended before ctl_batch_end asked it to */
+	int status;                  /* its wait status, once it has ended */
+	double cpu_s;                /* its CPU time, once reaped */
+	unsigned changes;            /* cpuset changes made */
+};
+
+/* Start CMD confined to @cpus (stopped when 0; @all: every core of the run, the set it
+ * starts with while stopped), with CTL_BATCH_* @flags. 0, or -errno with one line in @err. */
+int ctl_batch_start(struct ctl_batch *b, const char *cmd, uint64_t all, uint64_t cpus,
+		    unsigned flags, char *err, size_t errlen);
+/* Give it @cpus (0: stop it until some come back). */
+int ctl_batch_set(struct ctl_batch *b, uint64_t cpus);
+bool ctl_batch_alive(struct ctl_batch *b);
+const char *ctl_batch_how(const struct ctl_batch *b);
+/* Stop it (SIGTERM, SIGKILL after 2 s) unless it has ended, remove its cgroup; the CPU
+ * seconds it and the children it waited for used. */
+double ctl_batch_end(struct ctl_batch *b);
+
 /* ---- the loop (loop.c) ---- */
 
 struct ctl_run_opts {
@@ -98,6 +179,7 @@ struct ctl_run_opts {
 	double seconds;              /* stop after this long; 0: until interrupted */
 	const char *log_path;        /* JSON lines, one per tick; NULL: none */
 	bool quiet;                  /* no line per change on stdout */
+	const char *batch;           /* --batch CMD: IX's consolidation; NULL: none */
 };
 
 /* Run the loop against run @name: 0 at the end (time up, interrupted, the run gone), 1 when

@@ -18,8 +18,11 @@
  *   fp-ctl park NAME WORKER             stop a worker that owns no group from polling
  *   fp-ctl unpark NAME WORKER           let it poll again (it gets groups by moves)
  *   fp-ctl run NAME [OPTIONS]           the control loop (loop.c, policy.c)
- *   fp-ctl watch NAME [COUNT]           every 100 ms, per worker: its groups and IX's
- *                                       metrics (tau, Q, queueing delay, idle share)
+ *   fp-ctl watch NAME [COUNT] [--power FILE]
+ *                                       every 100 ms, per worker: its groups, IX's metrics
+ *                                       (tau, Q, queueing delay, idle share), ops/s, time
+ *                                       asleep; the package's watts (RAPL, or the
+ *                                       power model with --power)
  *   fp-ctl cmd NAME OP ARG0 ARG1        a raw command, answered with the run's verdict
  *                                       (for tests of the channel itself)
  *
@@ -33,7 +36,8 @@ static void usage(FILE *f)
 		   "       fp-ctl move NAME GROUP WORKER\n"
 		   "       fp-ctl park NAME WORKER | fp-ctl unpark NAME WORKER\n"
 		   "       fp-ctl run NAME [--policy FILE] [--seconds S] [--log FILE] [--quiet]\n"
-		   "       fp-ctl watch NAME [COUNT]\n"
+		   "                       [--batch CMD]\n"
+		   "       fp-ctl watch NAME [COUNT] [--power FILE]\n"
 		   "       fp-ctl alloc NAME... [--interval-us US] [--seconds S] [--core C] [--sleep]\n"
 		   "                    [--batch CMD] [--json]\n"
 		   "       fp-ctl cmd NAME OP ARG0 ARG1\n"
@@ -43,7 +47,7 @@ static void usage(FILE *f)
 		   "  move     move flow group GROUP (0..127) to worker WORKER; waits until it\n"
 		   "           has arrived and prints how long that took (xdp, several workers,\n"
 		   "           an application whose flows may change worker: fp-echo server, spin\n"
-		   "           --native)\n"
+		   "           --native, fp-kv, fp-web, fp-dns)\n"
 		   "  park     park worker WORKER: it stops polling and sleeps, giving its core\n"
 		   "           back (it must own no group; never the last worker polling)\n"
 		   "  unpark   let a parked worker poll again; groups reach it by moves\n"
@@ -56,12 +60,21 @@ static void usage(FILE *f)
 		   "           idle_margin, min_workers, max_workers, down_hold_ms; ctl/README.md);\n"
 		   "           --seconds S: stop after S seconds (default: at SIGINT/SIGTERM or\n"
 		   "           when the run stops); --log FILE: one JSON line per tick; --quiet:\n"
-		   "           no line per change. The run keeps its workers as they are when the\n"
-		   "           loop ends\n"
+		   "           no line per change; --batch CMD: IX's consolidation: run CMD (sh -c)\n"
+		   "           on the parked workers' cores, held there by a cpuset cgroup (v2,\n"
+		   "           else v1; else CPU affinity), stopped while none is spare, given a\n"
+		   "           core back before its worker polls again, ended with the loop (the\n"
+		   "           run's workers must be pinned: --cores). The run keeps its workers\n"
+		   "           as they are when the loop ends\n"
 		   "  watch    every 100 ms (COUNT times, default until interrupted), per worker:\n"
 		   "           groups owned, round time tau, queue depth Q, the queueing delay\n"
 		   "           ceil(Q/B)*tau and the idle share, each smoothed with alpha 1/8\n"
-		   "           (IX's control-plane metrics, published every 10 ms), parked or not\n"
+		   "           (IX's control-plane metrics, published every 10 ms), parked or not,\n"
+		   "           the application's operations per second and the share of the\n"
+		   "           time asleep; then a line for all workers with the package's watts:\n"
+		   "           RAPL's where the machine has it, and with --power FILE (the power\n"
+		   "           model, bench/power/*.txt) the model's from the time asleep (at its\n"
+		   "           nominal clock: a core asleep at C6, awake at full power)\n"
 		   "  alloc    Shenango's core allocator over one or more runs started with\n"
 		   "           --sched steal --burst K: every --interval-us (default 5) a run whose\n"
 		   "           homes' queues hold an item seen at the previous pass gets one of its\n"
@@ -174,36 +187,122 @@ static int cmd_move(const char *name, const char *gs, const char *ws)
 	return 0;
 }
 
-static int cmd_watch(const char *name, const char *counts)
+static char *read_file(const char *path);
+
+static double mono_s(void)
 {
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The package's energy counter in µJ (RAPL, package 0), or -1 where there is none. */
+static long long rapl_uj(void)
+{
+	FILE *f = fopen("/sys/class/powercap/intel-rapl:0/energy_uj", "r");
+	long long v = -1;
+
+	if (f) {
+		if (fscanf(f, "%lld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+/* fp-ctl watch NAME [COUNT] [--power FILE]: IX's metrics, the load and the watts (RAPL's
+ * where the machine has it; the power model's with --power), every 100 ms. */
+static int cmd_watch(int argc, char **argv)
+{
+	const char *name = argv[2], *counts = NULL, *power = NULL;
+	struct ctl_power pw;
 	unsigned count = 0;
 
+	for (int i = 3; i < argc; i++) {
+		if (!strcmp(argv[i], "--power") && i + 1 < argc)
+			power = argv[++i];
+		else if (!counts && argv[i][0] != '-')
+			counts = argv[i];
+		else {
+			fprintf(stderr, "fp-ctl: watch: unexpected '%s' (fp-ctl watch NAME [COUNT] "
+				"[--power FILE])\n", argv[i]);
+			return 2;
+		}
+	}
 	if (counts && !parse_u(counts, UINT32_MAX, &count)) {
 		fprintf(stderr, "fp-ctl: watch: COUNT is a number of lines (got '%s')\n", counts);
 		return 2;
 	}
+	if (power) {
+		char err[160], *text = read_file(power);
+
+		if (!text) {
+			fprintf(stderr, "fp-ctl: watch: --power %s: %s\n", power, strerror(errno));
+			return 2;
+		}
+		int rc = ctl_power_parse(&pw, text, err, sizeof(err));
+		free(text);
+		if (rc) {
+			fprintf(stderr, "fp-ctl: watch: --power %s: %s\n", power, err);
+			return 2;
+		}
+	}
 	struct fp_rt_stats_hdr *h = ctl_open(name);
 	if (!h)
 		return 1;
+	unsigned n = h->n_workers < CTL_MAX_WORKERS ? h->n_workers : CTL_MAX_WORKERS;
+	uint64_t ops0[CTL_MAX_WORKERS], slept0[CTL_MAX_WORKERS];
+	double t0 = mono_s();
+	long long e0 = rapl_uj();
+
+	for (unsigned w = 0; w < n; w++) {
+		const struct fp_rt_worker_stats *r = fp_rt_stats_worker(h, w);
+		ops0[w] = r->app_ops;
+		slept0[w] = r->slept_ns;
+	}
 	for (unsigned k = 0; !count || k < count; k++) {
-		if (k) {
-			struct timespec t = { 0, 100 * 1000 * 1000 };
-			nanosleep(&t, NULL);
-		}
+		struct timespec nap = { 0, 100 * 1000 * 1000 };
+		double asleep[CTL_MAX_WORKERS], t, all_ops = 0;
+		unsigned polling = 0;
+
+		nanosleep(&nap, NULL);
+		t = mono_s();
+		double dt = t - t0 > 1e-6 ? t - t0 : 1e-6;
 		printf("%s", k ? "" : "worker  groups   tau_us      Q  delay_us  idle%  intervals  "
-				      "parked_s\n");
-		for (unsigned w = 0; w < h->n_workers; w++) {
+				      "parked_s      ops/s  asleep%\n");
+		for (unsigned w = 0; w < n; w++) {
 			const struct fp_rt_worker_stats *r = fp_rt_stats_worker(h, w);
+			uint64_t ops = r->app_ops, slept = r->slept_ns;
+			double rate = (double)(ops - ops0[w]) / dt;
 			unsigned groups = 0;
+
+			asleep[w] = (double)(slept - slept0[w]) / 1e9 / dt;
+			asleep[w] = asleep[w] < 0 ? 0 : asleep[w] > 1 ? 1 : asleep[w];
+			ops0[w] = ops;
+			slept0[w] = slept;
+			all_ops += rate;
+			polling += !r->parked;
 			for (unsigned g = 0; g < h->n_groups && g < 128; g++)
 				groups += (h->groups[g] & ~FP_RT_GROUP_MOVING) == w;
-			printf("%6u  %6u  %7.2f  %5.2f  %8.2f  %5.1f  %9llu  %8.2f%s\n", w, groups,
-			       (double)r->ctl_tau_ewma_ns[1] / 1e3, (double)r->ctl_q_ewma_milli[1] / 1e3,
+			printf("%6u  %6u  %7.2f  %5.2f  %8.2f  %5.1f  %9llu  %8.2f  %9.0f  %7.1f%s\n",
+			       w, groups, (double)r->ctl_tau_ewma_ns[1] / 1e3,
+			       (double)r->ctl_q_ewma_milli[1] / 1e3,
 			       (double)r->ctl_delay_ewma_ns[1] / 1e3,
 			       (double)r->ctl_idle_ewma_ppm[1] / 1e4,
 			       (unsigned long long)r->ctl_intervals, (double)r->parked_ns / 1e9,
-			       r->parked ? " parked" : "");
+			       rate, 100 * asleep[w], r->parked ? " parked" : "");
 		}
+		t0 = t;
+		printf("   all  %u of %u polling, %.0f ops/s", polling, n, all_ops);
+		long long e1 = rapl_uj();
+		if (e0 >= 0 && e1 >= e0)   /* a wrapped counter gives no figure this time */
+			printf(", %.1f W (RAPL, package 0)", (double)(e1 - e0) / 1e6 / dt);
+		e0 = e1;
+		if (power)
+			printf(", %.1f W modelled (%s at its nominal clock; a core asleep at C6, "
+			       "awake at full power)", ctl_power_watts(&pw, n, asleep), power);
+		printf("\n");
 		fflush(stdout);
 	}
 	return 0;
@@ -285,6 +384,12 @@ static int cmd_run(int argc, char **argv)
 				fprintf(stderr, "fp-ctl: policy %s: %s\n", argv[i], err);
 				return 2;
 			}
+			if (o.policy.n_rungs) {
+				fprintf(stderr, "fp-ctl: policy %s: a ladder sets clock speeds, which "
+					"real cores here cannot change; run it in the simulator "
+					"(fp-vsim --ctl POLICY), or remove the ladder line\n", argv[i]);
+				return 2;
+			}
 		} else if (!strcmp(a, "--seconds") && more) {
 			char *end;
 			o.seconds = strtod(argv[++i], &end);
@@ -295,6 +400,12 @@ static int cmd_run(int argc, char **argv)
 			}
 		} else if (!strcmp(a, "--log") && more) {
 			o.log_path = argv[++i];
+		} else if (!strcmp(a, "--batch") && more) {
+			o.batch = argv[++i];
+			if (!*o.batch) {
+				fprintf(stderr, "fp-ctl: --batch wants a command to run\n");
+				return 2;
+			}
 		} else if (!strcmp(a, "--quiet")) {
 			o.quiet = true;
 		} else if (a[0] != '-' && !name) {
@@ -326,8 +437,8 @@ int main(int argc, char **argv)
 		return cmd_park(argv[2], argv[3], !strcmp(argv[1], "park"));
 	if (argc >= 3 && !strcmp(argv[1], "run"))
 		return cmd_run(argc, argv);
-	if ((argc == 3 || argc == 4) && !strcmp(argv[1], "watch"))
-		return cmd_watch(argv[2], argc == 4 ? argv[3] : NULL);
+	if (argc >= 3 && !strcmp(argv[1], "watch"))
+		return cmd_watch(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "alloc"))
 		return ctl_alloc_main(argc, argv);
 	if (argc == 6 && !strcmp(argv[1], "cmd"))

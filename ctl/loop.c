@@ -29,7 +29,38 @@ struct loop {
 	FILE *log;
 	unsigned ups, downs, moves, move_refusals;
 	double active_ms[CTL_MAX_WORKERS + 1];   /* time spent with k workers polling */
+	/* --batch: the job on the parked workers' cores */
+	bool has_batch;
+	struct ctl_batch batch;
+	int core[CTL_MAX_WORKERS];
+	uint64_t all_cores;
 };
+
+/* The cores of parked workers (but @taking's, about to poll), none that a polling worker
+ * shares: the batch job's. */
+static uint64_t spare(const struct loop *l, int taking)
+{
+	uint64_t give = 0, keep = 0;
+
+	for (unsigned w = 0; w < l->n; w++) {
+		uint64_t bit = 1ull << l->core[w];
+
+		if (l->parked[w] && (int)w != taking)
+			give |= bit;
+		else
+			keep |= bit;
+	}
+	return give & ~keep;
+}
+
+static void batch_sync(struct loop *l, int taking)
+{
+	int rc = l->has_batch ? ctl_batch_set(&l->batch, spare(l, taking)) : 0;
+
+	if (rc)
+		fprintf(stderr, "fp-ctl: could not change the batch job's cores: %s\n",
+			strerror(-rc));
+}
 
 static unsigned count_active(const struct loop *l)
 {
@@ -149,19 +180,26 @@ static void say(const struct loop *l, double now, const char *what, unsigned w, 
 
 static bool park(struct loop *l, unsigned w, bool on, double now, const char *why)
 {
-	int r;
+	uint32_t op = on ? FP_RT_CMD_PARK : FP_RT_CMD_UNPARK;
+	int r = 0;
+	bool ok;
 
-	if (ctl_send(l->h, l->name, on ? FP_RT_CMD_PARK : FP_RT_CMD_UNPARK, w, 0, &r))
-		return false;
-	if (r && r != -EALREADY) {
+	if (!on)
+		batch_sync(l, (int)w);   /* the core leaves the batch job before the worker polls */
+	ok = !ctl_send(l->h, l->name, op, w, 0, &r);
+	if (ok && r && r != -EALREADY) {
 		fprintf(stderr, "fp-ctl: %spark %u refused: %s\n", on ? "" : "un", w,
-			ctl_refusal(on ? FP_RT_CMD_PARK : FP_RT_CMD_UNPARK, r));
-		return false;
+			ctl_refusal(op, r));
+		ok = false;
 	}
-	l->parked[w] = on;
-	l->last_change = now;
-	say(l, now, on ? "parked" : "unparked", w, why);
-	return true;
+	if (ok) {
+		l->parked[w] = on;
+		l->last_change = now;
+	}
+	batch_sync(l, -1);           /* the batch job's cores as the workers now stand */
+	if (ok)
+		say(l, now, on ? "parked" : "unparked", w, why);
+	return ok;
 }
 
 static void log_tick(struct loop *l, const struct ctl_view *v, const struct ctl_decision *d,
@@ -179,7 +217,11 @@ static void log_tick(struct loop *l, const struct ctl_view *v, const struct ctl_
 			"\"delay_us\": %.1f, \"idle\": %.3f}", w ? ", " : "", v->w[w].parked,
 			v->w[w].groups, v->w[w].fresh, v->w[w].delay_us[l->o->policy.up_ewma],
 			v->w[w].idle[l->o->policy.down_ewma]);
-	fprintf(l->log, "]}\n");
+	fprintf(l->log, "]");
+	if (l->has_batch)
+		fprintf(l->log, ", \"batch_cpus\": \"0x%llx\", \"batch_stopped\": %d",
+			(unsigned long long)l->batch.cpus, l->batch.stopped);
+	fprintf(l->log, "}\n");
 	fflush(l->log);
 }
 
@@ -235,6 +277,29 @@ int ctl_loop(const char *name, const struct ctl_run_opts *o)
 	}
 	for (unsigned w = 0; w < l.n; w++)
 		l.parked[w] = fp_rt_stats_worker(l.h, w)->parked != 0;
+	if (o->batch) {
+		char err[400];
+
+		for (unsigned w = 0; w < l.n; w++) {
+			l.core[w] = fp_rt_stats_worker(l.h, w)->core;
+			if (l.core[w] < 0 || l.core[w] >= 64) {
+				fprintf(stderr, "fp-ctl: --batch needs the run's workers pinned to cores "
+					"0-63 (start it with --cores); worker %u is not\n", w);
+				return 1;
+			}
+			l.all_cores |= 1ull << l.core[w];
+		}
+		if (ctl_batch_start(&l.batch, o->batch, l.all_cores, spare(&l, -1), 0, err,
+				    sizeof(err))) {
+			fprintf(stderr, "fp-ctl: --batch: %s\n", err);
+			return 1;
+		}
+		l.has_batch = true;
+		if (!o->quiet)
+			printf("fp-ctl: batch job '%s' (pid %d) on the parked workers' cores, held "
+			       "there by %s; %s\n", o->batch, (int)l.batch.pid, ctl_batch_how(&l.batch),
+			       l.batch.stopped ? "stopped until a core is spare" : "running");
+	}
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	l.t0 = l.last_change = ctl_mono_ms();
@@ -257,6 +322,8 @@ int ctl_loop(const char *name, const struct ctl_run_opts *o)
 			break;
 		}
 		tick(&l, now);
+		if (l.has_batch && !l.batch.exited && !ctl_batch_alive(&l.batch) && !o->quiet)
+			printf("fp-ctl: the batch job has ended by itself\n");
 		next += o->policy.interval_ms;
 		now = ctl_mono_ms();
 		if (next > now)
@@ -270,6 +337,14 @@ int ctl_loop(const char *name, const struct ctl_run_opts *o)
 		       l.move_refusals);
 		for (unsigned k = 1; k <= l.n; k++)
 			printf(" %u: %.1f s%s", k, l.active_ms[k] / 1e3, k < l.n ? "," : "\n");
+	}
+	if (l.has_batch) {
+		unsigned changes = l.batch.changes;
+		double cpu = ctl_batch_end(&l.batch);
+
+		if (!o->quiet)
+			printf("fp-ctl: batch job: %.2f s of CPU on spare cores; its cores changed %u "
+			       "times\n", cpu, changes);
 	}
 	if (l.log)
 		fclose(l.log);

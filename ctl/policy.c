@@ -23,7 +23,7 @@ void ctl_policy_default(struct ctl_policy *p)
 
 /* ---- parsing: "key = value" lines ---- */
 
-enum kind { K_UINT, K_DOUBLE, K_EWMA };
+enum kind { K_UINT, K_DOUBLE, K_EWMA, K_LADDER };
 
 static const struct key {
 	const char *name;
@@ -39,9 +39,12 @@ static const struct key {
 	{ "min_workers", K_UINT, offsetof(struct ctl_policy, min_workers), 1, CTL_MAX_WORKERS },
 	{ "max_workers", K_UINT, offsetof(struct ctl_policy, max_workers), 0, CTL_MAX_WORKERS },
 	{ "down_hold_ms", K_UINT, offsetof(struct ctl_policy, down_hold_ms), 0, 3600000 },
+	{ "ladder", K_LADDER, 0, 0, 0 },
+	{ "up_drain", K_UINT, offsetof(struct ctl_policy, up_drain), 0, 1 },
+	{ "down_fit", K_UINT, offsetof(struct ctl_policy, down_fit), 0, 1 },
 };
 
-static char *trim(char *s)
+char *ctl_trim(char *s)
 {
 	char *e;
 
@@ -66,11 +69,46 @@ static int parse_ewma(const char *v, unsigned *out)
 	return -1;
 }
 
+/* "W@GHZ" rungs separated by commas and/or blanks, capacity (W x GHZ) rising. */
+static int parse_ladder(const char *v, struct ctl_policy *p)
+{
+	unsigned n = 0;
+
+	while (*v) {
+		char *end;
+		double w, g;
+
+		v += strspn(v, ", \t");
+		if (!*v)
+			break;
+		errno = 0;
+		w = strtod(v, &end);
+		if (errno || end == v || *end != '@' || w != floor(w) || w < 1 || w > CTL_MAX_WORKERS)
+			return -1;
+		v = end + 1;
+		g = strtod(v, &end);
+		if (errno || end == v || !isfinite(g) || !(g > 0) || g > 10 ||
+		    (*end && !strchr(", \t", *end)))
+			return -1;
+		v = end;
+		if (n == CTL_MAX_RUNGS ||
+		    (n && !(w * g > p->rung[n - 1].workers * p->rung[n - 1].ghz)))
+			return -1;
+		p->rung[n++] = (struct ctl_rung){ .workers = (unsigned)w, .ghz = g };
+	}
+	if (!n)
+		return -1;
+	p->n_rungs = n;
+	return 0;
+}
+
 static int set_key(struct ctl_policy *p, const struct key *k, const char *v)
 {
 	char *end, *field = (char *)p + k->off;   /* memcpy: no cast past its alignment */
 	unsigned u;
 
+	if (k->kind == K_LADDER)
+		return parse_ladder(v, p);
 	if (k->kind == K_EWMA) {
 		if (parse_ewma(v, &u))
 			return -1;
@@ -96,6 +134,9 @@ static const char *range_of(const struct key *k, char *buf, size_t len)
 {
 	if (k->kind == K_EWMA)
 		return "1/2, 1/8 or 1/32";
+	if (k->kind == K_LADDER)
+		return "WORKERS@GHZ rungs (workers 1-64, GHz above 0 up to 10) separated by commas, "
+		       "each of more capacity (workers x GHz) than the one before, at most 128";
 	snprintf(buf, len, "%s from %g to %g", k->kind == K_UINT ? "a whole number" : "a number",
 		 k->lo, k->hi);
 	return buf;
@@ -103,7 +144,7 @@ static const char *range_of(const struct key *k, char *buf, size_t len)
 
 int ctl_policy_parse(const char *text, struct ctl_policy *p, char *err, size_t errlen)
 {
-	char line[256], range[64];
+	char line[2048], range[200];
 	unsigned no = 0;
 
 	while (*text) {
@@ -120,7 +161,7 @@ int ctl_policy_parse(const char *text, struct ctl_policy *p, char *err, size_t e
 		char *hash = strchr(line, '#');
 		if (hash)
 			*hash = '\0';
-		char *s = trim(line), *eq = strchr(s, '=');
+		char *s = ctl_trim(line), *eq = strchr(s, '=');
 		if (!*s)
 			continue;
 		if (!eq) {
@@ -128,7 +169,7 @@ int ctl_policy_parse(const char *text, struct ctl_policy *p, char *err, size_t e
 			return -EINVAL;
 		}
 		*eq = '\0';
-		char *key = trim(s), *val = trim(eq + 1);
+		char *key = ctl_trim(s), *val = ctl_trim(eq + 1);
 		const struct key *k = NULL;
 		for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
 			if (!strcmp(keys[i].name, key))
@@ -136,7 +177,7 @@ int ctl_policy_parse(const char *text, struct ctl_policy *p, char *err, size_t e
 		if (!k) {
 			snprintf(err, errlen, "line %u: unknown key '%.40s' (keys: interval_ms, "
 				 "delay_max_us, up_ewma, down_ewma, idle_margin, min_workers, "
-				 "max_workers, down_hold_ms)", no, key);
+				 "max_workers, down_hold_ms, ladder, up_drain, down_fit)", no, key);
 			return -EINVAL;
 		}
 		if (set_key(p, k, val)) {
@@ -144,6 +185,16 @@ int ctl_policy_parse(const char *text, struct ctl_policy *p, char *err, size_t e
 				 range_of(k, range, sizeof(range)), val);
 			return -EINVAL;
 		}
+	}
+	if ((p->up_drain || p->down_fit) && !p->n_rungs) {
+		snprintf(err, errlen, "%s steps a ladder: it needs a ladder line",
+			 p->up_drain ? "up_drain" : "down_fit");
+		return -EINVAL;
+	}
+	if (p->n_rungs && (p->max_workers || p->min_workers != 1)) {
+		snprintf(err, errlen, "ladder and min_workers/max_workers both set: the ladder "
+			 "names every configuration; give one or the other");
+		return -EINVAL;
 	}
 	if (p->max_workers && p->max_workers < p->min_workers) {
 		snprintf(err, errlen, "max_workers (%u) is below min_workers (%u)", p->max_workers,
@@ -164,47 +215,116 @@ static struct ctl_decision decision(enum ctl_act act, unsigned worker, const cha
 	return d;
 }
 
-struct ctl_decision ctl_decide(const struct ctl_policy *p, const struct ctl_view *v)
-{
-	unsigned active = 0, max_workers = p->max_workers && p->max_workers < v->n ? p->max_workers
-										   : v->n;
-	int parked = -1, last = -1, hot = -1;
-	double idle_sum = 0, delay = 0;
+/* What the loop sees, reduced to IX's two signals: the worst queueing delay among the
+ * polling workers (the up EWMA) and their mean idle share (the down EWMA). */
+struct signals {
+	unsigned active;
+	int parked, last;              /* the first parked worker, the last polling one */
+	double delay, idle;
+};
 
-	if (v->moving || v->draining >= 0)
-		return decision(CTL_HOLD, 0, "a change in progress", 0, 0);
+static struct signals signals_of(const struct ctl_policy *p, const struct ctl_view *v)
+{
+	struct signals s = { .parked = -1, .last = -1 };
+	double idle_sum = 0;
+
 	for (unsigned w = 0; w < v->n; w++) {
 		const struct ctl_wview *x = &v->w[w];
 
 		if (x->parked) {
-			if (parked < 0)
-				parked = (int)w;
+			if (s.parked < 0)
+				s.parked = (int)w;
 			continue;
 		}
-		active++;
-		last = (int)w;
+		s.active++;
+		s.last = (int)w;
 		/* a worker that published nothing since the last tick slept all of it */
 		double d = x->fresh ? x->delay_us[p->up_ewma] : 0.0;
 		idle_sum += x->fresh ? x->idle[p->down_ewma] : 1.0;
-		if (hot < 0 || d > delay) {
-			delay = d;
-			hot = (int)w;
-		}
+		if (d > s.delay)
+			s.delay = d;
 	}
-	if (!active)
+	s.idle = s.active ? idle_sum / s.active : 1.0;
+	return s;
+}
+
+struct ctl_decision ctl_decide(const struct ctl_policy *p, const struct ctl_view *v)
+{
+	unsigned max_workers = p->max_workers && p->max_workers < v->n ? p->max_workers : v->n;
+	struct signals s;
+
+	if (v->moving || v->draining >= 0)
+		return decision(CTL_HOLD, 0, "a change in progress", 0, 0);
+	s = signals_of(p, v);
+	if (!s.active)
 		return decision(CTL_HOLD, 0, "no worker polling", 0, 0);
 	/* Up first: a queue that grows costs the SLO; idle cores cost only energy. */
-	if (delay > p->delay_max_us) {
-		if (parked >= 0 && active < max_workers)
-			return decision(CTL_UP, (unsigned)parked, "queueing delay %.1f us > %.1f us",
-					delay, p->delay_max_us);
+	if (s.delay > p->delay_max_us) {
+		if (s.parked >= 0 && s.active < max_workers)
+			return decision(CTL_UP, (unsigned)s.parked, "queueing delay %.1f us > %.1f us",
+					s.delay, p->delay_max_us);
 		return decision(CTL_HOLD, 0, "queueing delay %.1f us > %.1f us, no worker to add",
-				delay, p->delay_max_us);
+				s.delay, p->delay_max_us);
 	}
-	double idle = idle_sum / active, need = 1.0 / active + p->idle_margin;
-	if (active > p->min_workers && idle > need && v->now_ms - v->last_change_ms >= p->down_hold_ms)
-		return decision(CTL_DOWN, (unsigned)last, "idle %.2f > %.2f", idle, need);
-	return decision(CTL_HOLD, 0, "idle %.2f, delay %.1f us", idle, delay);
+	double need = 1.0 / s.active + p->idle_margin;
+	if (s.active > p->min_workers && s.idle > need &&
+	    v->now_ms - v->last_change_ms >= p->down_hold_ms)
+		return decision(CTL_DOWN, (unsigned)s.last, "idle %.2f > %.2f", s.idle, need);
+	return decision(CTL_HOLD, 0, "idle %.2f, delay %.1f us", s.idle, s.delay);
+}
+
+static double capacity(const struct ctl_rung *r)
+{
+	return r->workers * r->ghz;
+}
+
+struct ctl_decision ctl_decide_ladder(const struct ctl_policy *p, const struct ctl_view *v,
+				      unsigned cur)
+{
+	struct signals s;
+
+	if (!p->n_rungs || cur >= p->n_rungs)
+		return decision(CTL_HOLD, 0, "no such rung", 0, 0);
+	if (v->moving || v->draining >= 0)
+		return decision(CTL_HOLD, cur, "a change in progress", 0, 0);
+	s = signals_of(p, v);
+	if (!s.active)
+		return decision(CTL_HOLD, cur, "no worker polling", 0, 0);
+	if (s.delay > p->delay_max_us) {
+		unsigned to = cur + 1;
+
+		if (p->up_drain) {
+			double want = capacity(&p->rung[cur]) *
+				      (1.0 + s.delay / (p->interval_ms * 1000.0));
+
+			while (to + 1 < p->n_rungs && capacity(&p->rung[to]) < want)
+				to++;
+		}
+		if (to < p->n_rungs)
+			return decision(CTL_UP, to, "queueing delay %.1f us > %.1f us", s.delay,
+					p->delay_max_us);
+		return decision(CTL_HOLD, cur, "queueing delay %.1f us > %.1f us, top rung",
+				s.delay, p->delay_max_us);
+	}
+	if (cur > 0) {
+		double need = 1.0 - capacity(&p->rung[cur - 1]) / capacity(&p->rung[cur]) +
+			      p->idle_margin;
+
+		if (s.idle > need && v->now_ms - v->last_change_ms >= p->down_hold_ms) {
+			unsigned to = cur - 1;
+
+			/* down_fit: IX's test for every rung below, not just the next: the
+			 * lowest whose capacity still exceeds what is used plus the margin */
+			if (p->down_fit) {
+				double want = capacity(&p->rung[cur]) * (1.0 - s.idle + p->idle_margin);
+
+				while (to > 0 && capacity(&p->rung[to - 1]) > want)
+					to--;
+			}
+			return decision(CTL_DOWN, to, "idle %.2f > %.2f", s.idle, need);
+		}
+	}
+	return decision(CTL_HOLD, cur, "idle %.2f, delay %.1f us", s.idle, s.delay);
 }
 
 /* ---- the plan ---- */

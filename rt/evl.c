@@ -558,7 +558,7 @@ static void evl_flow_leave(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t co
 	(void)flow;
 	if (!evl || !c || (cookie & EVL_LISTENER_TAG) || c->evl != evl)
 		return;   /* a listener's cookie: the flow was never this layer's */
-	if (evl->ops->leaving)
+	if (evl->ops->leaving && !c->app_gone)   /* closed by it: no longer its business */
 		evl->ops->leaving(c);
 	evl->out_total -= evl_out_held(c);
 	if (c->dirty)
@@ -602,7 +602,7 @@ static void evl_flow_arrive(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t c
 		c->reap_next = evl->reap;
 		evl->reap = c;
 	}
-	if (evl->ops->arrived)
+	if (evl->ops->arrived && !c->app_gone)
 		evl->ops->arrived(c);
 }
 

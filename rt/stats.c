@@ -297,9 +297,14 @@ static uint64_t ewma(uint64_t old, uint64_t now, unsigned shift, bool first)
 {
 	if (first)
 		return now;
-	/* x += (now - x) / 2^shift, in signed arithmetic */
-	int64_t d = (int64_t)now - (int64_t)old;
-	return (uint64_t)((int64_t)old + d / (int64_t)(1u << shift));
+	/* x += (now - x) / 2^shift, in signed arithmetic; a step the division rounds to 0 is
+	 * one unit, so the average reaches a steady value (a delay of 1 ns never decaying to
+	 * 0 kept a "queueing delay > 0" bound firing on an idle run) */
+	int64_t d = (int64_t)now - (int64_t)old, step = d / (int64_t)(1u << shift);
+
+	if (!step && d)
+		step = d > 0 ? 1 : -1;
+	return (uint64_t)((int64_t)old + step);
 }
 
 void rt_ctl_interval(struct rt_ctl_acc *a, struct fp_rt_worker_stats *s, uint64_t now_us,

@@ -286,6 +286,32 @@ static size_t kv_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 	return used;
 }
 
+/* Flow-group migration (fp-ctl move, IX's control loop): the connection leaves this
+ * worker's list and its per-worker share, and joins the new worker's. The store is shared
+ * by all workers; what names a worker in it (QSBR's reader) follows kv_conn's w. */
+static void kv_leaving(struct fp_evl_conn *c)
+{
+	struct kv_mconn *mc = fp_evl_conn_user(c);
+
+	if ((*mc->pprev = mc->next))
+		mc->next->pprev = mc->pprev;
+	kv_conn_leave(mc->kc);
+	mc->wk = NULL;
+}
+
+static void kv_arrived(struct fp_evl_conn *c)
+{
+	struct kv_worker *wk = fp_evl_user(fp_evl_of(c));
+	struct kv_mconn *mc = fp_evl_conn_user(c);
+
+	mc->wk = wk;
+	if ((mc->next = wk->conns))
+		wk->conns->pprev = &mc->next;
+	wk->conns = mc;
+	mc->pprev = &wk->conns;
+	kv_conn_arrive(mc->kc, wk->w);
+}
+
 /* The output emptied: a request that waited for room goes on. */
 static void kv_drained(struct fp_evl_conn *c)
 {
@@ -587,6 +613,7 @@ static void finish_config(struct kv_main *m)
 	m->ops = (struct fp_evl_ops){
 		.accept = kv_accept, .read = kv_read, .drained = kv_drained, .closed = kv_closed,
 		.init = kv_init, .fini = kv_fini, .poll = kv_poll,
+		.movable = true, .leaving = kv_leaving, .arrived = kv_arrived,
 		/* the largest item always fits once the output has drained */
 		.max_pending = pending > KV_MIN_PENDING ? pending : KV_MIN_PENDING,
 		/* a multiget line must be shown whole */

@@ -308,6 +308,29 @@ struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out 
 	return c;
 }
 
+/*
+ * Flow-group migration (main.c): the connection leaves its worker between rounds, holding
+ * nothing of the worker's (its last read ended with its answers written or taken into its
+ * own stage, stage_settle), and arrives at worker @w before that one's next round. Between
+ * the two it belongs to no worker: a log watcher is not written to (kv_watch_drain).
+ */
+void kv_conn_leave(struct kv_conn *c)
+{
+	c->p->ws[c->w].curr_conns--;
+	if (c->stage == &c->p->wx[c->w].stage)
+		c->stage = NULL;
+	kv_watch_set_worker(c, KV_NO_WORKER);
+}
+
+void kv_conn_arrive(struct kv_conn *c, unsigned w)
+{
+	w = w < c->p->n_workers ? w : 0;
+	kv_watch_set_worker(c, w);
+	c->p->ws[w].curr_conns++;
+	if (!c->stage)
+		c->stage = &c->p->wx[w].stage;
+}
+
 void kv_conn_set_peer(struct kv_conn *c, uint32_t addr, uint16_t port)
 {
 	pthread_mutex_lock(&c->p->conns_mu);

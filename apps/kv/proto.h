@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -147,6 +148,10 @@ struct kv_conn;
 
 /* A connection served by worker @w; NULL on ENOMEM. @out is copied. */
 struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out *out);
+/* Flow-group migration: @c leaves its worker (between rounds), then arrives at worker @w. */
+#define KV_NO_WORKER UINT_MAX
+void kv_conn_leave(struct kv_conn *c);
+void kv_conn_arrive(struct kv_conn *c, unsigned w);
 /* Gives back a value still being received. */
 void kv_conn_free(struct kv_conn *c);
 
@@ -318,6 +323,9 @@ void kv_watch_command(struct kv_conn *c, struct kv_tok *t, size_t nt);
 int kv_watch_add(struct kv_conn *c, uint16_t kinds);
 void kv_watch_remove(struct kv_conn *c);
 void kv_watch_drain(struct kv_proto *p, unsigned w);
+/* c->w = @w, under the watchers' lock when @c is a watcher (kv_watch_drain reads it from
+ * every worker). */
+void kv_watch_set_worker(struct kv_conn *c, unsigned w);
 
 /* The connection's peer, for stats conns (main.c, after kv_conn_new). */
 void kv_conn_set_peer(struct kv_conn *c, uint32_t addr, uint16_t port);

@@ -104,6 +104,19 @@ void kv_watch_remove(struct kv_conn *c)
 	pthread_mutex_unlock(&wt->mu);
 }
 
+void kv_watch_set_worker(struct kv_conn *c, unsigned w)
+{
+	struct kv_watch *wt = c->p->watch;
+
+	if (!c->watching || !wt) {
+		c->w = w;
+		return;
+	}
+	pthread_mutex_lock(&wt->mu);
+	c->w = w;
+	pthread_mutex_unlock(&wt->mu);
+}
+
 void kv_watch_drain(struct kv_proto *p, unsigned w)
 {
 	struct kv_watch *wt = p->watch;

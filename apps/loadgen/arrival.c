@@ -191,12 +191,19 @@ static unsigned split_fields(const char *spec, char *buf, size_t buflen, char **
 	}
 }
 
+/* A pattern's times: 1 ms (fp-vsim's slot, below fp-loadgen's pacing) to 10^6 s, so that
+ * a step's edges stay exact in a double however long the run. */
+#define PATTERN_MIN_S 1e-3
+#define PATTERN_MAX_S 1e6
+/* A step pattern climbs at most this many steps (more is a slope). */
+#define PATTERN_MAX_STEPS 1e6
+
 static int parse_seconds(const char *s, double *out)
 {
 	char *end;
 	double v = strtod(s, &end);
 
-	if (end == s || *end || !isfinite(v) || !(v > 0))
+	if (end == s || *end || !(v >= PATTERN_MIN_S && v <= PATTERN_MAX_S))
 		return -EINVAL;
 	*out = v;
 	return 0;
@@ -230,7 +237,7 @@ static const struct pattern_form {
 	const char *usage;
 } pattern_forms[] = {
 	{ "slope", LG_PATTERN_SLOPE, "rr", "slope:LO:HI" },
-	{ "step", LG_PATTERN_STEP, "rrrs", "step:LO:HI:STEP_RPS:STEP_S" },
+	{ "step", LG_PATTERN_STEP, "rrrs|s", "step:LO:HI:STEP_RPS:STEP_S[:HOLD_S]" },
 	{ "sine", LG_PATTERN_SINE, "rrs|r|s", "sine:LO:HI:PERIOD_S[:NOISE_RPS[:NOISE_S]]" },
 };
 
@@ -242,6 +249,7 @@ static void pattern_set(struct lg_pattern *p, enum lg_pattern_kind kind, const d
 	if (kind == LG_PATTERN_STEP) {
 		p->step_rps = v[2];
 		p->step_s = v[3];
+		p->hold_s = v[4];
 	} else if (kind == LG_PATTERN_SINE) {
 		p->period_s = v[2];
 		p->noise_rps = v[3];
@@ -249,9 +257,23 @@ static void pattern_set(struct lg_pattern *p, enum lg_pattern_kind kind, const d
 	}
 }
 
+/* @spec as an error message may quote it: at most 60 characters, control ones as '?', so
+ * the message stays one line. */
+static const char *quotable(const char *spec, char *buf, size_t len)
+{
+	size_t i = 0;
+
+	for (; spec[i] && i + 1 < len && i < 60; i++)
+		buf[i] = (unsigned char)spec[i] < 0x20 || spec[i] == 0x7f ? '?' : spec[i];
+	buf[i] = '\0';
+	return buf;
+}
+
 int lg_pattern_parse(struct lg_pattern *p, const char *spec, double duration_s, uint64_t seed,
 		     char *err, size_t errlen)
 {
+	char q[64];
+
 	char buf[256], *f[8] = { NULL };
 	unsigned n = split_fields(spec, buf, sizeof(buf), f, 7);
 	double v[6] = { 0, 0, 0, 0, 0, 0 };
@@ -262,13 +284,17 @@ int lg_pattern_parse(struct lg_pattern *p, const char *spec, double duration_s, 
 		if (strcmp(f[0], pf->name))
 			continue;
 		if (strlen(spec) >= sizeof(buf) || pattern_fields(f + 1, n - 1, pf->form, v) ||
-		    v[0] > v[1] || !(v[1] > 0) || (pf->kind == LG_PATTERN_STEP && !(v[2] > 0))) {
+		    v[0] > v[1] || !(v[1] > 0) ||
+		    (pf->kind == LG_PATTERN_STEP &&
+		     !(v[2] > 0 && (v[1] - v[0]) / v[2] <= PATTERN_MAX_STEPS))) {
 			snprintf(err, errlen, "pattern '%s': expected %s (rates >= 0 with k/M, LO <= HI, "
-				 "HI > 0, times in seconds > 0)", spec, pf->usage);
+				 "HI > 0, at most 1e6 steps, times 0.001 to 1e6 s)",
+				 quotable(spec, q, sizeof(q)), pf->usage);
 			return -EINVAL;
 		}
 		if (!(duration_s > 0) || !isfinite(duration_s)) {
-			snprintf(err, errlen, "pattern '%s': needs a positive duration", spec);
+			snprintf(err, errlen, "pattern '%s': needs a positive duration",
+				 quotable(spec, q, sizeof(q)));
 			return -EINVAL;
 		}
 		pattern_set(p, pf->kind, v);
@@ -276,8 +302,8 @@ int lg_pattern_parse(struct lg_pattern *p, const char *spec, double duration_s, 
 		p->seed = seed;
 		return 0;
 	}
-	snprintf(err, errlen, "pattern '%s': expected slope:LO:HI, step:LO:HI:STEP_RPS:STEP_S or "
-		 "sine:LO:HI:PERIOD_S[:NOISE_RPS[:NOISE_S]]", spec);
+	snprintf(err, errlen, "pattern '%s': expected slope:LO:HI, step:LO:HI:STEP_RPS:STEP_S[:HOLD_S] "
+		 "or sine:LO:HI:PERIOD_S[:NOISE_RPS[:NOISE_S]]", quotable(spec, q, sizeof(q)));
 	return -EINVAL;
 }
 
@@ -304,6 +330,14 @@ static double pattern_slope(const struct lg_pattern *p, double t)
 static double pattern_step(const struct lg_pattern *p, double t)
 {
 	double steps = t > 0 ? floor(t / p->step_s) : 0;
+
+	if (p->hold_s > 0) {
+		/* up to hi, hold_s there, then down the same steps */
+		double top = ceil((p->hi - p->lo) / p->step_rps) * p->step_s + p->hold_s;
+
+		if (t >= top)
+			return fmax(p->lo, p->hi - p->step_rps * floor((t - top) / p->step_s + 1));
+	}
 	return fmin(p->hi, p->lo + p->step_rps * steps);
 }
 

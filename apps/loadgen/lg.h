@@ -146,7 +146,8 @@ lg_cdf_fn lg_arrival_cdf(const struct lg_arrival *a);
  * IX's load patterns (the control-plane paper, section 6): the offered rate as a function
  * of time over a run of @duration_s, between @lo and @hi requests/s:
  *   slope       lo to hi linearly over the first half, back to lo over the second;
- *   step        lo, then +step_rps every step_s seconds until hi, held to the end;
+ *   step        lo, then +step_rps every step_s seconds until hi, held to the end; with
+ *               hold_s, held that long at hi, then -step_rps every step_s back to lo;
  *   sine        lo + (hi-lo)(1 - cos(2 pi t / period_s))/2, plus noise uniform in
  *               [-noise_rps, +noise_rps] redrawn every noise_s seconds (seeded), clamped
  *               to [0, hi].
@@ -157,7 +158,7 @@ struct lg_pattern {
 	enum lg_pattern_kind kind;
 	double lo, hi;
 	double duration_s;
-	double step_rps, step_s;          /* STEP */
+	double step_rps, step_s, hold_s;  /* STEP (hold_s 0: held at hi to the end) */
 	double period_s, noise_rps, noise_s;  /* SINE */
 	uint64_t seed;                    /* SINE noise */
 };

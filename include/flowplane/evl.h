@@ -84,7 +84,8 @@ struct fp_evl_ops {
 	 * change worker. Its evl state moves with it; what the application keeps per worker
 	 * it moves in @leaving (on the old worker, the connection still reachable there) and
 	 * @arrived (on the new one: fp_evl_of(c) is the new worker's). Both optional; an
-	 * application without per-worker state needs neither. */
+	 * application without per-worker state needs neither. Neither is called for a
+	 * connection the application has closed or aborted (still draining, it moves too). */
 	bool movable;
 	void (*leaving)(struct fp_evl_conn *c);
 	void (*arrived)(struct fp_evl_conn *c);

@@ -44,6 +44,24 @@ static void check_accepted(const struct ctl_policy *p, const uint8_t *d, size_t 
 		abort();
 	if (!memchr(dc.why, '\0', sizeof(dc.why)))
 		abort();
+	/* a ladder: rising capacity, sane rungs; a decision moves at most one rung (more: up_drain, down_fit) */
+	for (unsigned i = 0; i < p->n_rungs; i++) {
+		const struct ctl_rung *r = &p->rung[i];
+
+		if (r->workers < 1 || r->workers > CTL_MAX_WORKERS || !(r->ghz > 0) || r->ghz > 10 ||
+		    (i && !(r->workers * r->ghz > p->rung[i - 1].workers * p->rung[i - 1].ghz)))
+			abort();
+	}
+	if (p->n_rungs > CTL_MAX_RUNGS || (p->n_rungs && (p->max_workers || p->min_workers != 1)))
+		abort();
+	for (unsigned cur = 0; p->n_rungs && cur < p->n_rungs; cur++) {
+		struct ctl_decision dl = ctl_decide_ladder(p, &v, cur);
+
+		if ((dl.act == CTL_UP && (p->up_drain ? dl.worker <= cur : dl.worker != cur + 1)) ||
+		    (dl.act == CTL_DOWN && (p->down_fit ? dl.worker >= cur : dl.worker + 1 != cur)) ||
+		    dl.worker >= p->n_rungs)
+			abort();
+	}
 
 	uint16_t t[CTL_GROUPS];
 	struct ctl_move m[CTL_GROUPS];

@@ -13,6 +13,7 @@ Needs root (netns, veth with 2 queues, AF_XDP); builds its own topology and remo
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -213,6 +214,23 @@ def fp_ctl(build_dir, *args):
                           capture_output=True, text=True, timeout=30)
 
 
+def move_while_running(build_dir, name, proc):
+    """fp-ctl move each group in turn to the other of two workers while @proc runs: the
+    moves made, the refusals, and each group's owner after."""
+    owner = [g % 2 for g in range(128)]
+    moves, refused, g = 0, [], 0
+    while proc.poll() is None:
+        r = fp_ctl(build_dir, "move", name, g, 1 - owner[g])
+        if r.returncode == 0:
+            owner[g] = 1 - owner[g]
+            moves += 1
+            assert "moved to worker" in r.stdout
+        else:
+            refused.append(r.stderr)
+        g = (g + 1) % 128
+    return moves, refused, owner
+
+
 def test_groups_move_under_load(topo, build_dir):
     """fp-ctl moves flow groups back and forth between the two workers, every group in
     turn, while 16 Linux clients each open 10 connections one after another and run 1500
@@ -228,23 +246,14 @@ def test_groups_move_under_load(topo, build_dir):
         time.sleep(1)
         cli = topo.popen(topo.cli_ns, [sys.executable, "-c", SPIN_CLIENT, topo.fp_srv_ip, PORT,
                                        16, 1500, 10])
-        owner = [g % 2 for g in range(128)]
-        moves, refused, g = 0, [], 0
-        while cli.poll() is None:
-            r = fp_ctl(build_dir, "move", name, g, 1 - owner[g])
-            if r.returncode == 0:
-                owner[g] = 1 - owner[g]
-                moves += 1
-                assert "moved to worker" in r.stdout
-            else:
-                refused.append(r.stderr)
-            g = (g + 1) % 128
+        moves, refused, owner = move_while_running(build_dir, name, cli)
         out, err = cli.communicate(timeout=120)
         assert out.strip() == "ok", (out, err)
         r = topo.sh(topo.srv_ns, build_dir / "tools" / "fp-stats", "--name", name, "--totals")
         ws = json.loads(r.stdout.strip().splitlines()[-1])["workers"]
         groups = fp_ctl(build_dir, "groups", name).stdout
-        watch = fp_ctl(build_dir, "watch", name, 2).stdout
+        watch = fp_ctl(build_dir, "watch", name, 2, "--power", pathlib.Path(__file__).resolve()
+                       .parents[2] / "bench" / "power" / "xeon-e5-2665.txt").stdout
     finally:
         p.send_signal(2)
         _, serr = p.communicate(timeout=20)
@@ -259,6 +268,9 @@ def test_groups_move_under_load(topo, build_dir):
     # IX's metrics were published all along, and fp-ctl watch shows both workers
     assert all(w["ctl"]["intervals"] > 0 and w["ctl"]["idle_ppm"] <= 1000000 for w in ws), ws
     assert len([l for l in watch.splitlines() if l.split()[0] in ("0", "1")]) == 4, watch
+    # and a line for both: workers polling, the load, the modelled watts (no RAPL here)
+    alls = [l for l in watch.splitlines() if l.split()[0] == "all"]
+    assert len(alls) == 2 and all("2 of 2 polling" in l and "W modelled" in l for l in alls), watch
     # the table fp-ctl shows is the one the moves made
     for w in (0, 1):
         line = next(l for l in groups.splitlines() if l.startswith(f"worker {w}:"))
@@ -306,17 +318,108 @@ def test_echo_server_streams_survive_moves(topo, build_dir):
     assert all(w["net"]["tcp_rst_tx"] == 0 for w in ws), ws
 
 
+KV_CLIENT = r"""
+import socket, sys, threading
+addr, port, conns, reqs, again = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                                  int(sys.argv[4]), int(sys.argv[5]))
+bad, done = [], [0]
+def value(i, r, k):   # its own keys, values of 1 byte to 6 kB (several segments)
+    n = 1 + (k * 131 + i * 7) % 6000
+    return (b"%d.%d.%d:" % (i, r, k) * (n // 6 + 1))[:n]
+def one(i):
+    for r in range(again):   # one connection after another: opens and closes race the moves
+        s = socket.create_connection((addr, port), 5)
+        s.settimeout(60)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        f = s.makefile("rb")
+        sent = got = 0
+        want = []
+        try:
+            while got < reqs:
+                while sent < reqs and sent - got < 8:   # a pipeline of set, get pairs
+                    k, v = b"k%d.%d" % (i, sent % 50), value(i, r, sent)
+                    s.sendall(b"set %s 7 0 %d\r\n%s\r\nget %s\r\n" % (k, len(v), v, k))
+                    want.append((k, v))
+                    sent += 1
+                k, v = want[got]
+                a = f.readline()
+                b = f.readline()
+                data = f.read(len(v) + 2)
+                end = f.readline()
+                if (a, b, data, end) != (b"STORED\r\n", b"VALUE %s 7 %d\r\n" % (k, len(v)),
+                                         v + b"\r\n", b"END\r\n"):
+                    bad.append((i, r, got, a, b[:40], data[:20], end))
+                    return
+                got += 1
+            s.close()
+            done[0] += 1
+        except Exception as e:
+            bad.append((i, r, got, repr(e)))
+            return
+ts = [threading.Thread(target=one, args=(i,)) for i in range(conns)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("ok" if not bad and done[0] == conns * again else f"bad {bad[:5]} done {done[0]}")
+"""
+
+
+def kv_stats(topo, port=11211):
+    code = ("import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), 5);"
+            "s.sendall(b'stats\\r\\n'); b=b''\n"
+            "while not b.endswith(b'END\\r\\n'): b+=s.recv(65536)\n"
+            "print(b.decode())")
+    out = topo.sh(topo.cli_ns, sys.executable, "-c", code, topo.fp_srv_ip, str(port)).stdout
+    return {l.split()[1]: l.split()[2] for l in out.splitlines() if l.startswith("STAT ")}
+
+
+def test_kv_connections_move_with_their_groups(topo, build_dir):
+    """fp-kv is movable (issue 18): fp-ctl moves every flow group back and forth while 12
+    Linux clients each open 6 connections one after another and pipeline 1500 set/get pairs
+    on each, values up to 6 kB (arriving in several segments, so a value half arrived moves
+    too): every answer is the one expected, nothing is reset, connections moved, and the
+    per-worker connection counts still add up (stats curr_connections: our one)."""
+    kv = build_dir / "apps" / "kv" / "fp-kv"
+    name = f"{TAG}-kvm"
+    p = topo.popen(topo.srv_ns, [kv, "-p", 11211, "--if", topo.srv_if, "--ip",
+                                 f"{topo.fp_srv_ip}/24", "--workers", 2, "--cores", "0,1",
+                                 "--stats", name])
+    try:
+        deadline = time.time() + 15
+        while fp_ctl(build_dir, "groups", name).returncode and time.time() < deadline:
+            time.sleep(0.2)
+        cli = topo.popen(topo.cli_ns, [sys.executable, "-c", KV_CLIENT, topo.fp_srv_ip,
+                                       11211, 12, 1500, 6])
+        moves, refused, _ = move_while_running(build_dir, name, cli)
+        out, err = cli.communicate(timeout=120)
+        assert out.strip() == "ok", (out, err)
+        st = kv_stats(topo)
+        r = topo.sh(topo.srv_ns, build_dir / "tools" / "fp-stats", "--name", name, "--totals")
+        ws = json.loads(r.stdout.strip().splitlines()[-1])["workers"]
+    finally:
+        p.send_signal(2)
+        _, serr = p.communicate(timeout=20)
+    assert p.returncode == 0, serr
+    print(f"moves {moves}, conns moved {sum(w['move_conns'] for w in ws)}, "
+          f"longest {max(w['move_ns_max'] for w in ws) / 1e3:.0f} us")
+    assert moves > 0 and not refused, refused[:3]
+    assert sum(w["move_conns"] for w in ws) > 0, ws
+    assert all(w["net"]["tcp_rst_tx"] == 0 for w in ws), ws
+    assert st["curr_connections"] == "1" and st["total_connections"] == str(12 * 6 + 1), st
+    assert int(st["cmd_get"]) == int(st["get_hits"]) == 12 * 6 * 1500, st
+
+
 def test_fp_ctl_refusals(topo, build_dir):
     """What fp-ctl cannot do is refused with one line saying why, and a status."""
     assert fp_ctl(build_dir, "move", "nosuchrun", 1, 0).returncode == 1
     assert fp_ctl(build_dir, "move", "x", 128, 0).returncode == 2
     assert fp_ctl(build_dir, "bogus").returncode == 2
     assert fp_ctl(build_dir, "--help").returncode == 0
-    # fp-kv (the event-callback layer, per-worker state it does not move yet): refused
+    # fp-kv --style threads (a user-level thread per connection, on its worker's stack):
+    # its flows cannot change worker, refused
     kv = build_dir / "apps" / "kv" / "fp-kv"
-    p = topo.popen(topo.srv_ns, [kv, "-p", 11211, "--if", topo.srv_if, "--ip",
-                                 f"{topo.fp_srv_ip}/24", "--workers", 2, "--cores", "0,1",
-                                 "--stats", f"{TAG}-kv"])
+    p = topo.popen(topo.srv_ns, [kv, "-p", 11211, "--style", "threads", "--if", topo.srv_if,
+                                 "--ip", f"{topo.fp_srv_ip}/24", "--workers", 2, "--cores",
+                                 "0,1", "--stats", f"{TAG}-kv"])
     try:
         deadline = time.time() + 15
         while fp_ctl(build_dir, "groups", f"{TAG}-kv").returncode and time.time() < deadline:
@@ -449,6 +552,88 @@ def test_control_loop_parks_and_unparks(topo, build_dir, tmp_path):
     assert r.returncode == 2 and "line 2: unknown key 'speed'" in r.stderr, r.stderr
     r = fp_ctl(build_dir, "run", "nosuch")
     assert r.returncode == 1 and "no flowplane run" in r.stderr, r.stderr
+
+
+def proc_status(pid):
+    try:
+        return dict(line.split(":\t", 1) for line in
+                    pathlib.Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    except FileNotFoundError:
+        return None
+
+
+def test_control_loop_batch_job(topo, build_dir, tmp_path):
+    """fp-ctl run --batch (IX's consolidation): the batch job runs on the parked worker's
+    core only, held there by a cpuset cgroup (or affinity where there is none), is stopped
+    while both workers poll, runs again when worker 1 is parked once more, and is ended with
+    its cgroup when the loop ends. Every tick's log agrees: one worker polling, the job has
+    core 1; two polling, it is stopped."""
+    import threading
+
+    pol = tmp_path / "batch.policy"
+    pol.write_text("delay_max_us = 0\nidle_margin = 0.3\ninterval_ms = 50\ndown_hold_ms = 1000\n")
+    log = tmp_path / "batch.log"
+    batch = f"exec {build_dir / 'bench' / 'fp-batch'} 120"
+    with Server(topo, build_dir, "--idle", "poll", stats="batch") as srv:
+        ctl = subprocess.Popen([str(build_dir / "ctl" / "fp-ctl"), "run", srv.stats, "--policy",
+                                str(pol), "--log", str(log), "--batch", batch],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        try:
+            first = ctl.stdout.readline()
+            lines.append(first)
+            lines.append(ctl.stdout.readline())
+            said = "".join(lines)
+            assert "batch job" in said and "(pid " in said, said
+            m = re.search(r"batch job '.*' \(pid (\d+)\) .* held there by (.*?);", said)
+            assert m, said
+            pid, how = int(m.group(1)), m.group(2)
+            # idle: worker 1 is emptied and parked, and the job runs on its core alone
+            wait_for(lambda: worker_stat(srv, 1, "parked") == 1, "worker 1 parked", 30)
+            wait_for(lambda: (proc_status(pid) or {}).get("Cpus_allowed_list") == "1",
+                     "the batch job on core 1", 10)
+            assert proc_status(pid)["State"][0] in "RS", proc_status(pid)
+            if how.startswith("a cgroup"):
+                cg = pathlib.Path(f"/proc/{pid}/cgroup").read_text()
+                assert f"fp-batch-{ctl.pid}" in cg, cg
+            # load: worker 1 polls again and the job is stopped before it does
+            res = {}
+            t = threading.Thread(target=lambda: res.update(
+                out=client_py(topo, BULK, topo.fp_srv_ip, PORT, 8, 40_000_000)))
+            t.start()
+            try:
+                wait_for(lambda: worker_stat(srv, 1, "parked") == 0, "worker 1 unparked", 30)
+                wait_for(lambda: (proc_status(pid) or {}).get("State", " ")[0] == "T",
+                         "the batch job stopped", 10)
+            finally:
+                t.join()
+            assert res["out"].startswith("ok"), res["out"]
+            # idle again: parked again, the job runs again on core 1
+            wait_for(lambda: worker_stat(srv, 1, "parked") == 1, "worker 1 parked again", 30)
+            wait_for(lambda: (proc_status(pid) or {}).get("State", "T")[0] in "RS",
+                     "the batch job running again", 10)
+        finally:
+            ctl.send_signal(2)
+            out, _ = ctl.communicate(timeout=30)
+        lines.append(out)
+    said = "".join(lines)
+    print(said)
+    assert ctl.returncode == 0, said
+    assert "batch job:" in said and "s of CPU on spare cores" in said, said
+    assert proc_status(pid) is None                     # ended with the loop
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/cpuset", "/sys/fs/cgroup/unified"):
+        assert not pathlib.Path(f"{root}/fp-batch-{ctl.pid}").exists()
+    ticks = ctl_log(log)
+    assert ticks and all("batch_cpus" in x for x in ticks)
+    for x in ticks:
+        if x["polling"] == 2:
+            assert x["batch_stopped"] == 1, x
+        elif x["draining"] < 0:
+            assert x["batch_cpus"] == "0x2" and x["batch_stopped"] == 0, x
+    assert {x["polling"] for x in ticks} == {1, 2}
+    # bad uses: one line each
+    r = fp_ctl(build_dir, "run", "nosuch", "--batch", "")
+    assert r.returncode == 2 and "--batch wants a command" in r.stderr, r.stderr
 
 
 def test_controller_and_run_lose_each_other(topo, build_dir):

@@ -1,5 +1,6 @@
 /* test_ctl.c: the control plane's policy (ctl/policy.c): its file format, IX's decisions from what the loop sees, and the group plan. */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "ctl.h"
@@ -44,7 +45,7 @@ static void policy_file(void **state)
 		if (!strstr(err, bad[i].says))
 			fail_msg("'%s': said '%s', not '%s'", bad[i].text, err, bad[i].says);
 	}
-	char longline[400];
+	char longline[3000];
 	memset(longline, 'x', sizeof(longline) - 1);
 	longline[sizeof(longline) - 1] = '\0';
 	assert_int_equal(ctl_policy_parse(longline, &p, err, sizeof(err)), -EINVAL);
@@ -124,6 +125,108 @@ static void decisions(void **state)
 	assert_int_equal(ctl_decide(&p, &v).act, CTL_HOLD);
 }
 
+static void ladder(void **state)
+{
+	(void)state;
+	struct ctl_policy p;
+	struct ctl_decision d;
+	struct ctl_view v;
+	char err[256];
+
+	ctl_policy_default(&p);
+	assert_int_equal(ctl_policy_parse("ladder = 1@1.2, 2@1.2 2@2.4,\t4@2.4\n", &p, err,
+					  sizeof(err)), 0);
+	assert_int_equal(p.n_rungs, 4);
+	assert_int_equal(p.rung[2].workers, 2);
+	assert_true(p.rung[2].ghz == 2.4);
+
+	static const char *const bad[] = {
+		"ladder = \n", "ladder = 2@1.2, 1@1.2\n", "ladder = 2@1.2, 2@1.2\n",
+		"ladder = 0@1.2\n", "ladder = 65@1.2\n", "ladder = 1.5@1.2\n", "ladder = 1@0\n",
+		"ladder = 1@11\n", "ladder = 1@nan\n", "ladder = 1@1.2x\n", "ladder = 1\n",
+		"ladder = @1.2\n", "ladder = 1@1.2\nmax_workers = 4\n",
+	};
+	for (size_t i = 0; i < FP_ARRAY_SIZE(bad); i++) {
+		ctl_policy_default(&p);
+		err[0] = '\0';
+		assert_int_equal(ctl_policy_parse(bad[i], &p, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, "ladder"))
+			fail_msg("'%s': said '%s'", bad[i], err);
+	}
+
+	/* on rung 1 (2@1.2) of 1@1.2, 2@1.2, 2@2.4: a delay past the bound climbs one rung,
+	 * an idle share above 1 - 1.2/2.4 + 0.1 = 0.6 steps down, one below holds */
+	ctl_policy_default(&p);
+	assert_int_equal(ctl_policy_parse("ladder = 1@1.2, 2@1.2, 2@2.4", &p, err, sizeof(err)), 0);
+	v = view2(false, 0.2, 400);
+	d = ctl_decide_ladder(&p, &v, 1);
+	assert_int_equal(d.act, CTL_UP);
+	assert_int_equal(d.worker, 2);
+	assert_int_equal(ctl_decide_ladder(&p, &v, 2).act, CTL_HOLD);     /* top rung */
+	v = view2(false, 0.65, 5);
+	d = ctl_decide_ladder(&p, &v, 1);
+	assert_int_equal(d.act, CTL_DOWN);
+	assert_int_equal(d.worker, 0);
+	assert_int_equal(ctl_decide_ladder(&p, &v, 0).act, CTL_HOLD);     /* bottom rung */
+	/* from 2@2.4 down to 2@1.2 the bound is the same 0.6: a clock step counts as capacity */
+	assert_int_equal(ctl_decide_ladder(&p, &v, 2).act, CTL_DOWN);
+	v = view2(false, 0.55, 5);
+	assert_int_equal(ctl_decide_ladder(&p, &v, 1).act, CTL_HOLD);
+	/* the hold time and a change in progress hold, as for workers */
+	v = view2(false, 0.9, 5);
+	v.last_change_ms = v.now_ms - 500;
+	assert_int_equal(ctl_decide_ladder(&p, &v, 1).act, CTL_HOLD);
+	v = view2(false, 0.2, 400);
+	v.moving = true;
+	assert_int_equal(ctl_decide_ladder(&p, &v, 1).act, CTL_HOLD);
+	assert_int_equal(ctl_decide_ladder(&p, &v, 7).act, CTL_HOLD);      /* no such rung */
+	/* up_drain: a delay of 3 intervals wants 4x the capacity: from 1@1.2 (1.2) to the
+	 * first rung of at least 4.8; a delay just past the bound, one rung */
+	ctl_policy_default(&p);
+	assert_int_equal(ctl_policy_parse("interval_ms = 1\nup_drain = 1\n"
+					  "ladder = 1@1.2, 2@1.2, 4@1.2, 4@1.8, 8@1.2, 8@2.4",
+					  &p, err, sizeof(err)), 0);
+	v = view2(false, 0.0, 3000);
+	d = ctl_decide_ladder(&p, &v, 0);
+	assert_int_equal(d.act, CTL_UP);
+	assert_int_equal(d.worker, 2);                      /* 4@1.2 = 4.8: enough */
+	v = view2(false, 0.0, 301);
+	assert_int_equal(ctl_decide_ladder(&p, &v, 0).worker, 1);
+	v = view2(false, 0.0, 1e6);
+	assert_int_equal(ctl_decide_ladder(&p, &v, 0).worker, 5);   /* never past the top */
+	ctl_policy_default(&p);
+	assert_int_equal(ctl_policy_parse("up_drain = 1\n", &p, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "needs a ladder"));
+	ctl_policy_default(&p);
+	assert_int_equal(ctl_policy_parse("down_fit = 1\n", &p, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "down_fit steps a ladder"));
+	/* down_fit: on 8@2.4 (19.2) with idle 0.8, margin 0.1, 19.2 x 0.3 = 5.76 is what must
+	 * fit: down to 4@1.8 (7.2), the lowest above it (4@1.2 = 4.8 is not), in one tick;
+	 * without down_fit one rung (8@1.2); with too little idle for even one, none */
+	ctl_policy_default(&p);
+	assert_int_equal(ctl_policy_parse("down_hold_ms = 0\ndown_fit = 1\n"
+					  "ladder = 1@1.2, 2@1.2, 4@1.2, 4@1.8, 8@1.2, 8@2.4",
+					  &p, err, sizeof(err)), 0);
+	v = view2(false, 0.8, 5);
+	d = ctl_decide_ladder(&p, &v, 5);
+	assert_int_equal(d.act, CTL_DOWN);
+	assert_int_equal(d.worker, 3);
+	p.down_fit = 0;
+	assert_int_equal(ctl_decide_ladder(&p, &v, 5).worker, 4);
+	p.down_fit = 1;
+	v = view2(false, 0.55, 5);                 /* 0.55 < 1 - 9.6/19.2 + 0.1 */
+	assert_int_equal(ctl_decide_ladder(&p, &v, 5).act, CTL_HOLD);
+	v = view2(false, 1.0, 5);    /* nothing used: the margin alone, 0.1 x 19.2: 2@1.2 */
+	assert_int_equal(ctl_decide_ladder(&p, &v, 5).worker, 1);
+	/* a ladder of workers alone decides as ctl_decide does: idle 0.65 > 1/2 + 0.1 */
+	ctl_policy_default(&p);
+	assert_int_equal(ctl_policy_parse("ladder = 1@2, 2@2", &p, err, sizeof(err)), 0);
+	v = view2(false, 0.65, 5);
+	assert_int_equal(ctl_decide_ladder(&p, &v, 1).act, ctl_decide(&p, &v).act);
+	v = view2(false, 0.55, 5);
+	assert_int_equal(ctl_decide_ladder(&p, &v, 1).act, ctl_decide(&p, &v).act);
+}
+
 static unsigned count(const uint16_t *t, unsigned w)
 {
 	unsigned n = 0;
@@ -185,12 +288,58 @@ static void plans(void **state)
 	assert_int_equal(m[0].group, 7);
 }
 
+/* The power model's file (as in bench/power/; ctl/power.c) and fp-ctl watch's watts. */
+static void power_model(void **state)
+{
+	(void)state;
+	struct ctl_power pw;
+	char err[160];
+	static const char good[] =
+		"# Xeon E5-2665 (bench/power/xeon-e5-2665.txt's form)\n"
+		"f_nom = 2.4 2.4 2.4\n"
+		"uncore_w = 15 10 25   # while any core runs\n"
+		"\n"
+		"core_dyn_w = 5.5 4 7\ncore_leak_w = 1.5 0.75 3\ncore_c6_w = 0.1 0 0.5\n";
+
+	assert_int_equal(ctl_power_parse(&pw, good, err, sizeof(err)), 0);
+	assert_true(pw.uncore_w == 15 && pw.core_w == 7 && pw.c6_w == 0.1);
+	double asleep[2] = { 0, 1 }, clamped[2] = { -1, 2 };
+	assert_true(fabs(ctl_power_watts(&pw, 2, asleep) - 22.1) < 1e-9);
+	assert_true(fabs(ctl_power_watts(&pw, 2, clamped) - 22.1) < 1e-9);
+	assert_true(fabs(ctl_power_watts(&pw, 0, NULL) - 15) < 1e-9);
+
+	static const struct {
+		const char *text, *says;
+	} bad[] = {
+		{ "uncore_w = 15 10 25\n", "no 'core_dyn_w' line" },
+		{ "uncore_w = 15 10\n", "line 1: expected" },           /* two numbers */
+		{ "x = 1 1 1\nuncore_w = 15 20 25\n", "line 2:" },     /* below its low */
+		{ "uncore_w = 15 10 25 W\n", "line 1:" },               /* something after */
+		{ " = 1 1 1\n", "line 1:" },                            /* no name */
+		{ "uncore_w 15 10 25\n", "line 1:" },                   /* no '=' */
+		{ "core_c6_w = -1 -2 0\n", "line 1:" },                 /* negative watts */
+		{ "uncore_w = nan 10 25\n", "line 1:" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(ctl_power_parse(&pw, bad[i].text, err, sizeof(err)), -EINVAL);
+		if (!strstr(err, bad[i].says))
+			fail_msg("'%s': '%s' does not say '%s'", bad[i].text, err, bad[i].says);
+	}
+	char longline[400];
+	memset(longline, 'a', sizeof(longline) - 1);
+	longline[sizeof(longline) - 1] = '\0';
+	assert_int_equal(ctl_power_parse(&pw, longline, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "longer than"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(policy_file),
 		cmocka_unit_test(decisions),
+		cmocka_unit_test(ladder),
 		cmocka_unit_test(plans),
+		cmocka_unit_test(power_model),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

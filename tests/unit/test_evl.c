@@ -610,6 +610,46 @@ static void test_moved_conn_carries_only_copied_output(void **state)
 	assert_int_equal(fp_evl_out_total(f->evl), 0);
 }
 
+static unsigned n_leaving, n_arrived;
+static void app_leaving(struct fp_evl_conn *c) { (void)c; n_leaving++; }
+static void app_arrived(struct fp_evl_conn *c) { (void)c; n_arrived++; }
+
+/* An open connection that moves tells the application on both sides; one it has closed,
+ * still draining its output, moves without a word to it (its state may be gone: fp-kv
+ * frees it at close), and its output still arrives whole. */
+static void test_moved_closed_conn_leaves_the_app_alone(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = accepted(f, 0);
+	static uint8_t data[5000];
+	struct fp_app moving;
+
+	fill(data, sizeof(data), 12);
+	app_ops.movable = true;
+	app_ops.leaving = app_leaving;
+	app_ops.arrived = app_arrived;
+	fp_evl_app(&moving, &app_ops, f);
+	app_ops.movable = false;
+	n_leaving = n_arrived = 0;   /* the callbacks are read at each move: reset at the end */
+	moving.flow_leave(&f->ctx, fl, fl->cookie);
+	moving.flow_arrive(&f->ctx, fl, fl->cookie);
+	assert_int_equal(n_leaving, 1);
+	assert_int_equal(n_arrived, 1);
+	assert_int_equal(fp_evl_write(f->conn, data, sizeof(data)), 0);
+	fp_evl_close(f->conn);
+	moving.flow_leave(&f->ctx, fl, fl->cookie);
+	moving.flow_arrive(&f->ctx, fl, fl->cookie);
+	assert_int_equal(n_leaving, 1);
+	assert_int_equal(n_arrived, 1);
+	for (int i = 0; i < 100 && fl->out_len < sizeof(data); i++) {
+		ack(f, fl, 1500);
+		settle(f);
+	}
+	assert_int_equal(fl->out_len, sizeof(data));
+	assert_memory_equal(fl->out, data, sizeof(data));
+	app_ops.leaving = app_ops.arrived = NULL;
+}
+
 /* Past max_pending a write is refused whole. */
 static void test_enobufs_over_max_pending(void **state)
 {
@@ -1297,6 +1337,8 @@ int main(void)
 
 		cmocka_unit_test_setup_teardown(test_write_ref_mixed_with_copies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_moved_conn_carries_only_copied_output, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_moved_closed_conn_leaves_the_app_alone, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_eof_drains_then_closes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_reports_status, setup, teardown),

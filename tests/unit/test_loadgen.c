@@ -398,6 +398,13 @@ static void test_pattern_shapes(void **state)
 	for (int i = 0; i < 7; i++)
 		assert_close(lg_pattern_rate(&p, tt[i]), tv[i], 1e-6, "step");
 
+	/* with HOLD_S: up, 1 s at the top, then down the same steps, never below LO */
+	p = pattern_ok("step:100k:1M:250k:2:1", 30, 1);
+	static const double ut[] = { 0, 6, 7.99, 8, 8.99, 9, 10.99, 11, 13, 15, 17, 29 },
+			    uv[] = { 1e5, 8.5e5, 8.5e5, 1e6, 1e6, 7.5e5, 7.5e5, 5e5, 2.5e5, 1e5, 1e5, 1e5 };
+	for (int i = 0; i < 12; i++)
+		assert_close(lg_pattern_rate(&p, ut[i]), uv[i], 1e-6, "step with hold");
+
 	p = pattern_ok("sine:0:1M:10", 20, 1);
 	static const double nt[] = { 0, 2.5, 5, 7.5, 10 }, nv[] = { 0, 5e5, 1e6, 5e5, 0 };
 	for (int i = 0; i < 5; i++)
@@ -451,6 +458,8 @@ static void test_pattern_parse(void **state)
 		"slope:1M:0", "slope:0:0", "step:0:1M:0:1", "step:0:1M:1k", "sine:0:1M", "sine:0:1M:0",
 		"bogus:1:2", "slope:0:1M:5", "sine:0:1M::5", "sine:0:1M:10:1k:5:6", "slope:-1:5",
 		"slope:0:1x", "", "slope",
+		/* times outside 1 ms..1e6 s, more than 1e6 steps: a step's edges would blur */
+		"step:1:4:1:2e-40:3", "step:1:4:1:1:2e6", "sine:0:1M:0.0005", "step:0:2M:1:1",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		if (lg_pattern_parse(&p, bad[i], 10, 1, err, sizeof(err)) != -EINVAL)
@@ -459,6 +468,7 @@ static void test_pattern_parse(void **state)
 	p = pattern_ok("sine:0:1M:10:50k", 10, 1);
 	assert_close(p.noise_rps, 50000, 0, "noise");
 	assert_close(p.noise_s, 5, 0, "default noise slot");
+	p = pattern_ok("step:0:1M:1:0.001:1e6", 240, 1); /* the bounds themselves */
 	p = pattern_ok("step:0:6.2M:500k:10", 240, 1);
 	assert_close(p.hi, 6.2e6, 0, "6.2M");
 

@@ -1286,6 +1286,17 @@ static void test_ctl_metrics(void **state)
 	assert_int_equal(s.ctl_intervals, 3);
 	assert_int_equal(s.ctl_tau_ns, 0);
 	assert_int_equal(s.ctl_idle_ppm, 1000000);
+	/* idle from here on: every average reaches exactly 0 (a step the shift rounds to
+	 * nothing is one unit: an estimate stuck at 1 ns kept a 0 us bound firing) */
+	for (int i = 0; i < 400; i++) {
+		rt_ctl_round(&a, 5000, 0);
+		rt_ctl_interval(&a, &s, a.end_us, 2);
+	}
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(s.ctl_delay_ewma_ns[k], 0);
+		assert_int_equal(s.ctl_q_ewma_milli[k], 0);
+		assert_int_equal(s.ctl_idle_ewma_ppm[k], 1000000);
+	}
 }
 
 int main(void)

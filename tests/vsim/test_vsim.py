@@ -12,6 +12,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,122 @@ def test_shift_windows():
     assert min(x["done_mrps"] for x in high) > 1.0
 
 
+# IX's control plane in virtual time (issue 18): a small machine, a fast loop
+CTL = ["-n", "4", "--sched", "part", "--mean-us", "10", "--pattern-s", "2", "--ctl"]
+
+
+def policy(tmp_path, text):
+    f = tmp_path / "policy.txt"
+    f.write_text("interval_ms = 10\ndown_hold_ms = 100\n" + text)
+    return f
+
+
+def test_clock_slows_the_work():
+    """At half the nominal clock every request takes twice as long: half the load fits."""
+    full = vjson("-n", "2", "--sched", "part", "--max-load", "--slo-us", "200")["max_load"]
+    half = vjson("-n", "2", "--sched", "part", "--max-load", "--slo-us", "400", "--ghz", "1.2")
+    assert half["config"]["ghz"] == 1.2 and half["config"]["slo_us"] == 400
+    assert half["max_load"] == pytest.approx(full / 2, abs=0.01)
+    pt = vjson("-n", "2", "--sched", "part", "-l", "0.3", "--requests", "20000")["points"][0]
+    # a static run polls every worker for the whole run
+    assert pt["on_core_s"] == {"2.4": pytest.approx(2 * pt["duration_us"] / 1e6, rel=1e-5)}
+    assert pt["off_core_s"] == pytest.approx(0, abs=1e-9)
+
+
+def test_ctl_follows_a_slope_without_reordering(tmp_path):
+    """The loop adds workers as the slope rises and removes them as it falls; groups move
+    with every reply in order and every request answered; the core-seconds add up."""
+    d = vjson(*CTL, "--pattern", "slope:20k:340k", "--windows", "100000",
+              "--policy", policy(tmp_path, ""))
+    pt = d["points"][0]
+    assert pt["order_errors"] == 0
+    c = pt["ctl"]
+    assert c["ups"] >= 3 and c["downs"] >= 3 and c["moves"] > 0 and c["wakes"] >= 3
+    assert c["ticks"] >= 199
+    w = pt["windows"]
+    cores = [x["mean_cores"] for x in w]
+    assert cores[0] == pytest.approx(1) and max(cores) == pytest.approx(4)
+    assert cores[-1] < max(cores)
+    # every request of the pattern answered (the windows count them all)
+    assert sum(x["count"] for x in w) == pytest.approx(
+        sum(x["done_mrps"] for x in w) * 1e5, rel=0.01)
+    total = sum(pt["on_core_s"].values()) + pt["off_core_s"]
+    assert total == pytest.approx(4 * pt["duration_us"] / 1e6, rel=1e-5)
+    assert 0 < pt["off_core_s"] < 4 * 2
+
+
+def test_ctl_ladder_steps_the_clock(tmp_path):
+    """A ladder's rungs are walked in order: the clock rises only once every worker polls."""
+    f = policy(tmp_path, "ladder = 1@1.2, 2@1.2, 4@1.2, 4@1.8, 4@2.4\n")
+    d = vjson(*CTL, "--pattern", "slope:20k:360k", "--windows", "50000", "--policy", f)
+    pt = d["points"][0]
+    assert d["config"]["ctl"]["ladder"] == [[1, 1.2], [2, 1.2], [4, 1.2], [4, 1.8], [4, 2.4]]
+    assert pt["order_errors"] == 0
+    assert set(pt["on_core_s"]) <= {"1.2", "1.8", "2.4"} and "2.4" in pt["on_core_s"]
+    for x in pt["windows"]:
+        if x["mean_ghz"] > 1.2 + 1e-9:
+            assert x["mean_cores"] == pytest.approx(4)
+    # at the peak the top rung; at the ends the bottom
+    assert max(x["mean_ghz"] for x in pt["windows"]) == pytest.approx(2.4)
+    assert pt["windows"][0]["mean_ghz"] == pytest.approx(1.2)
+
+
+def test_ctl_same_seed_same_bytes(tmp_path):
+    f = policy(tmp_path, "ladder = 1@1.2, 2@1.2, 4@2.4\n")
+    args = [*CTL, "--pattern", "sine:20k:300k:1:40k:0.2", "--policy", f, "--windows", "100000",
+            "--format", "json", "--quiet"]
+    a, b = run(*args), run(*args)
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout
+
+
+def test_ctl_holds_a_step_pattern(tmp_path):
+    """A step pattern: the loop climbs after each step, and once settled the windows meet a
+    500 us p99 again; a held group's frames are answered, none lost."""
+    d = vjson(*CTL, "--pattern", "step:40k:320k:70k:0.4", "--windows", "100000",
+              "--policy", policy(tmp_path, ""))
+    pt = d["points"][0]
+    assert pt["order_errors"] == 0
+    w = pt["windows"]
+    assert [round(x["offered_mrps"], 3) for x in w[::4]] == [0.04, 0.11, 0.18, 0.25, 0.32]
+    assert w[-1]["mean_cores"] == pytest.approx(4) and w[-1]["p99_us"] < 500
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--ctl"], "--sched part"),
+    (["--ctl", "--sched", "steal", "--alloc"], "not with --real or --alloc"),
+    (["--policy", "/nonexistent"], "--policy needs --ctl"),
+    (["--ctl", "--sched", "part", "--policy", "/nonexistent"], "cannot read"),
+    (["--pattern", "ramp:1:2"], "--pattern"),
+    (["--pattern", "slope:2k:1k"], "LO <= HI"),
+    (["--pattern", "slope:1k:2k", "--max-load"], "one virtual run"),
+    (["--pattern", "slope:1k:2k", "--pattern-s", "0"], "--pattern-s"),
+    (["--ghz", "0"], "--ghz"),
+    (["--slo-us", "-1"], "--slo-us"),
+])
+def test_ctl_bad_arguments_one_line(args, msg):
+    p = run(*args)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fp-vsim: ") and msg in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("ladder = 1@1.2, 8@1.2\n", "rung 2 wants 8 workers, the run has 4"),
+    ("ladder = 2@1.2, 1@1.2\n", "line 3: ladder must be"),
+    ("min_workers = 9\n", "min_workers 9 is more than"),
+    ("speed = 3\n", "unknown key 'speed'"),
+])
+def test_ctl_bad_policy_one_line(tmp_path, text, msg):
+    p = run(*CTL, "--pattern", "slope:1k:2k", "--policy", policy(tmp_path, text))
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], p.stderr
+    p = run(*CTL, "--ghz", "1.2", "--pattern", "slope:1k:2k",
+            "--policy", policy(tmp_path, "ladder = 1@1.2\n"))
+    assert p.returncode == 2 and "the ladder sets the clock" in p.stderr
+
+
 @pytest.mark.parametrize("args,msg", [
     (["--alloc", "--real", "-n", "1"], "virtual time only"),
     (["--alloc", "--sched", "part"], "--sched steal"),
@@ -216,7 +333,45 @@ def test_help_lists_every_option():
     h = run("--help").stdout
     for opt in ("--workers", "--sched", "--victim", "--notify", "--dist", "--load", "--sweep",
                 "--max-load", "--costs", "--real", "--cores", "--calibrate", "--format",
-                "--alloc", "--homes", "--alloc-us", "--spin-us", "--shift", "--windows"):
+                "--alloc", "--homes", "--alloc-us", "--spin-us", "--shift", "--windows",
+                "--ghz", "--nominal-ghz", "--slo-us", "--pattern", "--pattern-s", "--ctl",
+                "--policy"):
         assert opt in h
     names = run("--list-costs").stdout.split()
     assert "rx_ns" in names and "steal_ns" in names and "wake_ns" in names
+    assert "move_ns" in names
+
+
+def test_pareto_method_runs_end_to_end(tmp_path):
+    """bench/pareto_sim.py --quick: the static search, both frontiers, the derived ladders
+    (which fp-vsim accepts), the loop on the three patterns, and figures that are what they
+    claim: the dynamic energy lies between the Pareto bound's and the top configuration's,
+    and the batch share under its bound's."""
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "pareto_sim.py"),
+                        "--quick", "--jobs", "2", "--out", str(tmp_path),
+                        "--build", str(BUILD)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "share of the bound" in (tmp_path / "summary.md").read_text()
+    res = json.loads((tmp_path / "results.json").read_text())
+    rows = res["rows"]
+    assert {(r["pattern"], r["objective"]) for r in rows} == {
+        (pat, obj) for pat in ("slope", "step", "sine+noise") for obj in ("energy", "consolidation")}
+    for r in rows:
+        if r["objective"] == "energy":
+            assert r["bound_w"] <= r["dyn_w"] <= r["max_w"]
+            assert 0 < r["saved"] <= r["bound_saved"] + 1e-9
+        else:
+            assert 0 <= r["batch"] <= r["batch_bound"] + 1e-9
+        assert r["ctl"]["ups"] > 0
+    for obj in ("energy", "consolidation"):
+        lad = next(l for l in (tmp_path / f"policy-{obj}.txt").read_text().splitlines()
+                   if l.startswith("ladder"))
+        rungs = [tuple(map(float, x.split("@"))) for x in lad.split("=")[1].split(",")]
+        assert all(b[0] * b[1] > a[0] * a[1] for a, b in zip(rungs, rungs[1:]))
+        assert rungs[-1] == (4, 2.4)
+        assert "down_fit = 1" in (tmp_path / f"policy-{obj}.txt").read_text()
+    # the policies table of docs/results.md, from this run's results.json
+    t = subprocess.run([sys.executable, str(REPO / "bench" / "pareto_policies.py"),
+                        f"{tmp_path}=quick"], capture_output=True, text=True, check=True).stdout
+    row = t.splitlines()[-1]
+    assert row.startswith("| quick | `bench/pareto_sim.py") and row.count("%") == 12, t

@@ -55,7 +55,26 @@ static const char usage[] =
 	"  --shift LO:HI:MS       load LO for MS ms, then HI, then LO again (Shenango's load\n"
 	"                         shift; replaces --load and --requests); use with --windows\n"
 	"  --windows US           also print per window of US us (by arrival): offered and\n"
-	"                         answered Mreq/s, p50, p99, p99.9 and the cores held\n"
+	"                         answered Mreq/s, p50, p99, p99.9, the cores held and the\n"
+	"                         clock\n"
+	"  --ghz F                the cores' clock; every step and service time takes\n"
+	"                         nominal/F as long (default: the nominal clock)\n"
+	"  --nominal-ghz F        the clock the costs and --mean-us were measured at\n"
+	"                         (default 2.4, IX's Xeon E5-2665)\n"
+	"  --slo-us US            --max-load's bound and meets_slo: p99 <= US (instead of\n"
+	"                         --slo-mult x S)\n"
+	"  --pattern P            the arrival rate follows IX's load pattern, as fp-loadgen's\n"
+	"                         --pattern (requests/s, k and M suffixes): slope:LO:HI,\n"
+	"                         step:LO:HI:STEP_RPS:STEP_S[:HOLD_S] or\n"
+	"                         sine:LO:HI:PERIOD_S[:NOISE_RPS[:NOISE_S]]; replaces --load\n"
+	"                         and --requests\n"
+	"  --pattern-s S          the pattern's length in seconds of virtual time (default 8)\n"
+	"  --ctl                  IX's control loop (ctl/policy.c, as fp-ctl runs it) adds and\n"
+	"                         removes workers, moving flow groups (IX's hold and release),\n"
+	"                         and with a ladder steps the clock; --sched part only; the\n"
+	"                         workers' core-seconds per clock are in the result\n"
+	"  --policy FILE          with --ctl: fp-ctl's policy file (key = value; a ladder line\n"
+	"                         WORKERS@GHZ, ... sets the configurations to step through)\n"
 	"  --real                 real threads: workers on --cores, then the generator\n"
 	"  --cores LIST           real: n+1 cores, e.g. 0-15 (default: 0..n)\n"
 	"  --calibrate FILE       real: write the measured mean cost of each step as a\n"
@@ -139,6 +158,34 @@ static void parse_cores(struct vs_config *c, const char *v)
 	c->n_cores_listed = n;
 }
 
+static void read_policy(struct vs_config *c, const char *path)
+{
+	char err[300], *text;
+	FILE *f = fopen(path, "r");
+	long len = 0;
+
+	if (!f)
+		die("--policy: cannot read %s: %s", path, strerror(errno));
+	if (fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || len > (1 << 20) ||
+	    fseek(f, 0, SEEK_SET))
+		die("--policy: %s is not a policy file (unreadable, or over 1 MiB)", path);
+	text = malloc((size_t)len + 1);
+	if (!text || fread(text, 1, (size_t)len, f) != (size_t)len)
+		die("--policy: cannot read %s", path);
+	text[len] = '\0';
+	fclose(f);
+	if (strlen(text) != (size_t)len)
+		die("--policy: %s holds a NUL byte: not a policy file", path);
+	if (ctl_policy_parse(text, &c->policy, err, sizeof(err)))
+		die("--policy %s: %s", path, err);
+	free(text);
+}
+
+static double slo_us(const struct vs_config *c)
+{
+	return c->slo_us > 0 ? c->slo_us : c->slo_mult * c->mean_us;
+}
+
 static const char *sched_name(const struct vs_config *c)
 {
 	return c->sched == VS_SCHED_STEAL ? "steal" : "part";
@@ -165,14 +212,27 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 		if (c->real)
 			fprintf(o->f, " %8.1f", (double)r->gen_late_max_ns / us);
 		fputc('\n', o->f);
+		if (r->n_clocks) {
+			fprintf(o->f, "# core-seconds polling:");
+			for (unsigned i = 0; i < r->n_clocks; i++)
+				fprintf(o->f, " %.4f at %g GHz", r->on_core_s[i], r->clock_ghz[i]);
+			fprintf(o->f, "; off %.4f\n", r->off_core_s);
+		}
+		if (c->ctl)
+			fprintf(o->f, "# ctl: %llu ticks, %llu up, %llu down, %llu group moves (mean %.1f "
+				"us, max %.1f us), %llu wake-ups\n", (unsigned long long)r->ticks,
+				(unsigned long long)r->ups, (unsigned long long)r->downs,
+				(unsigned long long)r->moves, r->move_us_mean, r->move_us_max,
+				(unsigned long long)r->wakes);
 		if (r->n_win)
-			fprintf(o->f, "# window t_ms offered_mrps done_mrps    p50us    p99us   p999us  cores\n");
+			fprintf(o->f, "# window t_ms offered_mrps done_mrps    p50us    p99us   p999us  cores   ghz\n");
 		for (unsigned i = 0; i < r->n_win; i++) {
 			const struct vs_window *w = &r->win[i];
 
-			fprintf(o->f, "window %8.3f %12.4f %9.4f %8.2f %8.2f %8.2f %6.2f\n", w->t0_ms,
-				w->offered_mrps, w->done_mrps, (double)w->s.p50 / us,
-				(double)w->s.p99 / us, (double)w->s.p999 / us, w->mean_cores);
+			fprintf(o->f, "window %8.3f %12.4f %9.4f %8.2f %8.2f %8.2f %6.2f %5.2f\n",
+				w->t0_ms, w->offered_mrps, w->done_mrps, (double)w->s.p50 / us,
+				(double)w->s.p99 / us, (double)w->s.p999 / us, w->mean_cores,
+				w->mean_ghz);
 		}
 		return;
 	}
@@ -190,7 +250,19 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 		(unsigned long long)r->probes, (unsigned long long)r->misses,
 		(unsigned long long)r->kicks, (unsigned long long)r->irqs,
 		(unsigned long long)r->order_errors, (double)r->duration_ns / us,
-		(double)r->s.p99 / us <= c->slo_mult * c->mean_us ? "true" : "false");
+		(double)r->s.p99 / us <= slo_us(c) ? "true" : "false");
+	if (r->n_clocks) {
+		fprintf(o->f, ", \"on_core_s\": {");
+		for (unsigned i = 0; i < r->n_clocks; i++)
+			fprintf(o->f, "%s\"%g\": %.6g", i ? ", " : "", r->clock_ghz[i], r->on_core_s[i]);
+		fprintf(o->f, "}, \"off_core_s\": %.6g", r->off_core_s);
+	}
+	if (c->ctl)
+		fprintf(o->f, ", \"ctl\": {\"ticks\": %llu, \"ups\": %llu, \"downs\": %llu, "
+			"\"moves\": %llu, \"move_us_mean\": %.6g, \"move_us_max\": %.6g, "
+			"\"wakes\": %llu}", (unsigned long long)r->ticks, (unsigned long long)r->ups,
+			(unsigned long long)r->downs, (unsigned long long)r->moves, r->move_us_mean,
+			r->move_us_max, (unsigned long long)r->wakes);
 	if (c->alloc)
 		fprintf(o->f, ", \"mean_cores\": %.6g, \"batch_share\": %.6g, \"grants\": %llu, "
 			"\"parks\": %llu, \"passes\": %llu, \"congested_passes\": %llu, "
@@ -206,10 +278,10 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 			fprintf(o->f, "%s\n    {\"t_ms\": %.6g, \"offered_mrps\": %.6g, "
 				"\"done_mrps\": %.6g, \"count\": %llu, \"p50_us\": %.6g, "
 				"\"p99_us\": %.6g, \"p999_us\": %.6g, \"max_us\": %.6g, "
-				"\"mean_cores\": %.6g}", i ? "," : "", w->t0_ms, w->offered_mrps,
-				w->done_mrps, (unsigned long long)w->s.count, (double)w->s.p50 / us,
-				(double)w->s.p99 / us, (double)w->s.p999 / us, (double)w->s.max / us,
-				w->mean_cores);
+				"\"mean_cores\": %.6g, \"mean_ghz\": %.6g}", i ? "," : "", w->t0_ms,
+				w->offered_mrps, w->done_mrps, (unsigned long long)w->s.count,
+				(double)w->s.p50 / us, (double)w->s.p99 / us, (double)w->s.p999 / us,
+				(double)w->s.max / us, w->mean_cores, w->mean_ghz);
 		}
 		fputc(']', o->f);
 	}
@@ -231,8 +303,9 @@ static void print_header(struct out *o, const struct vs_config *c, int argc, cha
 	if (!o->json) {
 		char nreq[32];
 
-		if (c->shift_ms > 0)
-			snprintf(nreq, sizeof(nreq), "requests by --shift");
+		if (c->shift_ms > 0 || c->has_pattern)
+			snprintf(nreq, sizeof(nreq), "requests by %s", c->has_pattern ? "--pattern" :
+				 "--shift");
 		else
 			snprintf(nreq, sizeof(nreq), "%llu requests", (unsigned long long)c->requests);
 		fprintf(o->f, "# fp-vsim %s: %u workers, %s%s%s, %s S=%g us, %s, %u flows, seed "
@@ -249,6 +322,27 @@ static void print_header(struct out *o, const struct vs_config *c, int argc, cha
 			fprintf(o->f, "# shift: load %g for %g ms, %g for %g ms, %g for %g ms\n",
 				c->shift_lo, c->shift_ms, c->shift_hi, c->shift_ms, c->shift_lo,
 				c->shift_ms);
+		if (c->has_pattern)
+			fprintf(o->f, "# pattern %s over %g s\n", c->pattern_spec, c->pattern.duration_s);
+		if (c->ghz != c->nominal_ghz)
+			fprintf(o->f, "# clock %g GHz (costs and service times at %g GHz)\n", c->ghz,
+				c->nominal_ghz);
+		if (c->ctl) {
+			fprintf(o->f, "# ctl: every %u ms, add above %g us of queueing delay, remove "
+				"above idle (1 - capacity below/here) + %g, hold %u ms; ",
+				c->policy.interval_ms, c->policy.delay_max_us, c->policy.idle_margin,
+				c->policy.down_hold_ms);
+			if (c->policy.n_rungs) {
+				fprintf(o->f, "ladder");
+				for (unsigned i = 0; i < c->policy.n_rungs; i++)
+					fprintf(o->f, "%s%u@%g", i ? ", " : " ", c->policy.rung[i].workers,
+						c->policy.rung[i].ghz);
+			} else {
+				fprintf(o->f, "workers %u up to %u", c->policy.min_workers,
+					c->policy.max_workers ? c->policy.max_workers : c->n);
+			}
+			fputc('\n', o->f);
+		}
 		fprintf(o->f, "# load  offered  achieved      p50us     p99us    p999us    meanus "
 			"stolen     irqs  order%s%s\n", c->alloc ? "  cores  batch" : "",
 			c->real ? "  genlate_us" : "");
@@ -281,6 +375,26 @@ static void print_header(struct out *o, const struct vs_config *c, int argc, cha
 			c->shift_lo, c->shift_hi, c->shift_ms);
 	if (c->window_us > 0)
 		fprintf(o->f, ", \"window_us\": %g", c->window_us);
+	fprintf(o->f, ", \"ghz\": %g, \"nominal_ghz\": %g, \"slo_us\": %g", c->ghz,
+		c->nominal_ghz, slo_us(c));
+	if (c->has_pattern) {
+		fprintf(o->f, ", \"pattern\": {\"spec\": \"");
+		for (const char *p = c->pattern_spec; *p; p++)
+			fprintf(o->f, (*p == '"' || *p == '\\') ? "\\%c" : "%c", *p);
+		fprintf(o->f, "\", \"duration_s\": %g}", c->pattern.duration_s);
+	}
+	if (c->ctl) {
+		const struct ctl_policy *p = &c->policy;
+
+		fprintf(o->f, ", \"ctl\": {\"interval_ms\": %u, \"delay_max_us\": %g, "
+			"\"up_ewma\": %u, \"down_ewma\": %u, \"idle_margin\": %g, "
+			"\"min_workers\": %u, \"max_workers\": %u, \"down_hold_ms\": %u, "
+			"\"ladder\": [", p->interval_ms, p->delay_max_us, p->up_ewma, p->down_ewma,
+			p->idle_margin, p->min_workers, p->max_workers, p->down_hold_ms);
+		for (unsigned i = 0; i < p->n_rungs; i++)
+			fprintf(o->f, "%s[%u, %g]", i ? ", " : "", p->rung[i].workers, p->rung[i].ghz);
+		fprintf(o->f, "]}");
+	}
 	fprintf(o->f, "},\n \"points\": [");
 }
 
@@ -340,7 +454,8 @@ static void write_calibration(const char *path, const struct vs_config *c,
 
 enum { O_SCHED = 256, O_VICTIM, O_NOTIFY, O_MEAN, O_SWEEP, O_MAXLOAD, O_SLO, O_REQ, O_WARM,
        O_FLOWS, O_BATCH, O_SEED, O_COST, O_COSTS, O_LIST, O_REAL, O_CORES, O_CALIB, O_FORMAT,
-       O_QUIET, O_ALLOC, O_HOMES, O_ALLOC_US, O_SPIN_US, O_SHIFT, O_WINDOWS };
+       O_QUIET, O_ALLOC, O_HOMES, O_ALLOC_US, O_SPIN_US, O_SHIFT, O_WINDOWS, O_GHZ, O_NOMINAL,
+       O_SLO_US, O_PATTERN, O_PATTERN_S, O_CTL, O_POLICY };
 
 static const struct option opts[] = {
 	{"workers", required_argument, 0, 'n'}, {"sched", required_argument, 0, O_SCHED},
@@ -357,7 +472,10 @@ static const struct option opts[] = {
 	{"quiet", no_argument, 0, O_QUIET}, {"alloc", no_argument, 0, O_ALLOC},
 	{"homes", required_argument, 0, O_HOMES}, {"alloc-us", required_argument, 0, O_ALLOC_US},
 	{"spin-us", required_argument, 0, O_SPIN_US}, {"shift", required_argument, 0, O_SHIFT},
-	{"windows", required_argument, 0, O_WINDOWS},
+	{"windows", required_argument, 0, O_WINDOWS}, {"ghz", required_argument, 0, O_GHZ},
+	{"nominal-ghz", required_argument, 0, O_NOMINAL}, {"slo-us", required_argument, 0, O_SLO_US},
+	{"pattern", required_argument, 0, O_PATTERN}, {"pattern-s", required_argument, 0, O_PATTERN_S},
+	{"ctl", no_argument, 0, O_CTL}, {"policy", required_argument, 0, O_POLICY},
 	{"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
 };
 
@@ -370,7 +488,8 @@ int main(int argc, char **argv)
 	};
 	double sw_a = 0, sw_b = 0, sw_step = 0;
 	bool sweep = false, max_load = false, quiet = !isatty(2), json = false;
-	const char *outpath = NULL, *calib = NULL;
+	const char *outpath = NULL, *calib = NULL, *policy = NULL;
+	double pattern_s = 8;
 	struct out o = {0};
 	struct vs_result res;
 	int opt, bad = 0;
@@ -447,6 +566,13 @@ int main(int argc, char **argv)
 				    "[0.01, 10000]", optarg);
 			break;
 		case O_WINDOWS: c.window_us = num("windows", optarg, 1, 1e7); break;
+		case O_GHZ: c.ghz = num("ghz", optarg, 0.1, 10); break;
+		case O_NOMINAL: c.nominal_ghz = num("nominal-ghz", optarg, 0.1, 10); break;
+		case O_SLO_US: c.slo_us = num("slo-us", optarg, 0.001, 1e9); break;
+		case O_PATTERN: c.pattern_spec = optarg; break;
+		case O_PATTERN_S: pattern_s = num("pattern-s", optarg, 0.001, 3600); break;
+		case O_CTL: c.ctl = true; break;
+		case O_POLICY: policy = optarg; break;
 		case 'o': outpath = optarg; break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: bad = 1; break;
@@ -468,6 +594,39 @@ int main(int argc, char **argv)
 		die("--shift is one virtual run: not with --real, --sweep or --max-load");
 	if (c.window_us > 0 && c.real)
 		die("--windows runs in virtual time only");
+	if (!c.nominal_ghz)
+		c.nominal_ghz = 2.4;
+	if (!c.ghz)
+		c.ghz = c.nominal_ghz;
+	if (c.pattern_spec) {
+		char err[300];
+
+		if (lg_pattern_parse(&c.pattern, c.pattern_spec, pattern_s, c.seed, err, sizeof(err)))
+			die("--pattern: %s", err);
+		c.has_pattern = true;
+		if (c.shift_ms > 0 || c.real || sweep || max_load)
+			die("--pattern is one virtual run: not with --shift, --real, --sweep or --max-load");
+		c.load = c.pattern.hi * c.mean_us / 1e6 / c.n;   /* the label: its peak */
+	}
+	if (policy && !c.ctl)
+		die("--policy needs --ctl");
+	ctl_policy_default(&c.policy);
+	if (policy)
+		read_policy(&c, policy);
+	if (c.ctl) {
+		if (c.real || c.alloc || c.sched != VS_SCHED_PART)
+			die("--ctl runs IX's partitioned workers in virtual time: add --sched part "
+			    "(not with --real or --alloc)");
+		if (c.policy.n_rungs && c.ghz != c.nominal_ghz)
+			die("--ghz and a ladder: the ladder sets the clock");
+		for (unsigned i = 0; i < c.policy.n_rungs; i++)
+			if (c.policy.rung[i].workers > c.n)
+				die("--policy: the ladder's rung %u wants %u workers, the run has %u (-n)",
+				    i + 1, c.policy.rung[i].workers, c.n);
+		if (!c.policy.n_rungs && c.policy.min_workers > c.n)
+			die("--policy: min_workers %u is more than the run's %u workers (-n)",
+			    c.policy.min_workers, c.n);
+	}
 	if (c.shift_ms > 0)
 		c.load = c.shift_hi;   /* the point's label: the high phase */
 	if (c.real) {
@@ -504,7 +663,7 @@ int main(int argc, char **argv)
 			progress(&c, &res, quiet);
 			free(res.win);
 			errors += res.order_errors;
-			if ((double)res.s.p99 / 1000.0 <= c.slo_mult * c.mean_us) {
+			if ((double)res.s.p99 / 1000.0 <= slo_us(&c)) {
 				lo = mid;
 				found = mid;
 			} else {
@@ -535,7 +694,7 @@ int main(int argc, char **argv)
 	else if (json)
 		fprintf(o.f, "],\n \"max_load\": null}\n");
 	else if (max_load)
-		fprintf(o.f, "max_load %.4f (p99 <= %g x S)\n", found < 0 ? 0 : found, c.slo_mult);
+		fprintf(o.f, "max_load %.4f (p99 <= %g us)\n", found < 0 ? 0 : found, slo_us(&c));
 	if (calib)
 		write_calibration(calib, &c, &res);
 	if (o.f != stdout)

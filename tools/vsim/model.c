@@ -24,6 +24,7 @@ const struct vs_cost_name vs_cost_names[] = {
 	{"ipi_handle_ns", F(ipi_handle_ns), "entering and leaving the interrupt handler"},
 	{"wake_ns", F(wake_ns), "--alloc: a grant decided to its worker running"},
 	{"park_ns", F(park_ns), "--alloc: a worker's cost of parking"},
+	{"move_ns", F(move_ns), "--ctl: the old owner's cost of starting a group's move"},
 };
 #undef F
 const unsigned vs_n_cost_names = sizeof(vs_cost_names) / sizeof(vs_cost_names[0]);
@@ -45,10 +46,15 @@ static inline uint64_t now_ns(const struct vs_core *c)
 	return virt(c) ? c->clock : fp_tsc_ns();
 }
 
+/* A step's cost: at a lower clock (--ghz, --ctl's ladder) the same work takes longer. */
 static inline void charge(struct vs_core *c, double ns)
 {
-	if (virt(c))
-		c->clock += (uint64_t)llround(ns);
+	if (virt(c)) {
+		uint64_t d = (uint64_t)llround(c->slow == 1.0 ? ns : ns * c->slow);
+
+		c->clock += d;
+		c->busy_ns += d;
+	}
 }
 
 /* Real world: time spent on @kind since @t0 (ns), @n more of it done. */
@@ -134,12 +140,78 @@ static void changed(struct vs_core *c)
 /* Frames waiting in worker @w's NIC queue that are visible at @t (virtual world). */
 static unsigned vq_visible(const struct vs_run *r, unsigned w, uint64_t t, unsigned max)
 {
+	uint32_t mask = r->vq_cap[w] - 1;
 	unsigned n = 0;
 
 	for (uint32_t i = r->vq_head[w]; i != r->vq_tail[w] && n < max; i++, n++)
-		if (r->req[r->vq[w][i]].t_arr > t)
+		if (r->req[r->vq[w][i & mask]].t_arr > t)
 			break;
 	return n;
+}
+
+/* Room for @more in worker @w's NIC ring (it doubles, keeping the order). */
+static int vq_reserve(struct vs_run *r, unsigned w, uint32_t more)
+{
+	uint32_t cap = r->vq_cap[w], used = r->vq_tail[w] - r->vq_head[w], ncap = cap;
+	uint32_t *n;
+
+	if (used + more <= cap)
+		return 0;
+	while (used + more > ncap)
+		ncap *= 2;
+	if (!(n = malloc((size_t)ncap * sizeof(*n))))
+		return -ENOMEM;
+	/* the counters keep counting (the allocator reads them as put and taken) */
+	for (uint32_t i = 0; i < used; i++)
+		n[(r->vq_head[w] + i) & (ncap - 1)] = r->vq[w][(r->vq_head[w] + i) & (cap - 1)];
+	free(r->vq[w]);
+	r->vq[w] = n;
+	r->vq_cap[w] = ncap;
+	return 0;
+}
+
+/* The next request arrives at @t: it joins its group's owner's NIC queue, or, while the
+ * group is on its way to another worker (--ctl), waits for the move to end (IX's hold). */
+void vs_arrive(struct vs_run *r, uint64_t t)
+{
+	uint32_t idx = (uint32_t)r->next_arr;
+	const struct vs_req *q = &r->req[idx];
+	unsigned w = vs_home_of(r, q->flow);
+
+	r->next_arr++;
+	if (r->cfg->ctl) {
+		unsigned g = r->flow_group[q->flow];
+
+		if (r->moving_to[g] >= 0) {
+			vs_ctl_hold(r, g, idx);
+			return;
+		}
+		r->outstanding[g]++;
+	}
+	if (vq_reserve(r, w, 1))
+		abort();
+	r->vq[w][r->vq_tail[w]++ & (r->vq_cap[w] - 1)] = idx;
+	for (unsigned i = 0; i < r->cfg->n; i++) {
+		struct vs_core *c = &r->core[i];
+
+		if (c->parked) {
+			c->parked = false;
+			c->clock = t + (uint64_t)(r->cfg->costs.poll_ns + 0.5);
+		}
+	}
+}
+
+/* --ctl: a moved group's held frames go to the head of its new owner's queue, ahead of
+ * what that worker has queued (IX prepends them), in their order. */
+void vs_vq_prepend(struct vs_run *r, unsigned w, const uint32_t *idx, uint32_t n)
+{
+	if (!n)
+		return;
+	if (vq_reserve(r, w, n))
+		abort();
+	r->vq_head[w] -= n;
+	for (uint32_t i = 0; i < n; i++)
+		r->vq[w][(r->vq_head[w] + i) & (r->vq_cap[w] - 1)] = idx[i];
 }
 
 /* Frames waiting in @c's NIC queue that it can see now, at most @max. */
@@ -160,7 +232,7 @@ static unsigned nic_take(struct vs_core *c, struct vs_req **out, unsigned n)
 	if (!virt(c))
 		return fp_ring_dequeue_burst(c->nic, (void **)out, n);
 	for (unsigned i = 0; i < n; i++)
-		out[i] = &r->req[r->vq[c->id][r->vq_head[c->id]++]];
+		out[i] = &r->req[r->vq[c->id][r->vq_head[c->id]++ & (r->vq_cap[c->id] - 1)]];
 	return n;
 }
 
@@ -186,6 +258,7 @@ static void complete(struct vs_core *c, struct vs_flow *f)
 {
 	struct vs_run *r = c->run;
 	uint64_t t = now_ns(c);
+	uint32_t n = f->sf.batch.n;
 
 	for (struct fp_shuf_ev *e = f->sf.batch.head; e; e = e->next) {
 		struct vs_req *q = fp_container_of(e, struct vs_req, ev);
@@ -205,6 +278,12 @@ static void complete(struct vs_core *c, struct vs_flow *f)
 		__atomic_store_n(&c->done_total, c->replies, __ATOMIC_RELEASE);
 	if (fp_shuf_complete(&r->sh, &f->sf, t))
 		changed(c);
+	if (r->cfg->ctl) {
+		unsigned g = r->flow_group[f - r->flow];
+
+		r->outstanding[g] -= n;
+		vs_ctl_answered(r, c, g);
+	}
 }
 
 /* Run @f's batch: the run's own cost, then every request's service time. Its end (the
@@ -216,11 +295,15 @@ static void run_flow(struct vs_core *c, struct vs_flow *f, uint64_t t0)
 	for (struct fp_shuf_ev *e = f->sf.batch.head; e; e = e->next)
 		svc += fp_container_of(e, struct vs_req, ev)->svc_ns;
 	c->batches++;
+	c->served += f->sf.batch.n;
 	charge(c, c->run->cfg->costs.run_ns);
 	spent(c, VS_K_RUN, t0, 1);
-	if (virt(c))
+	if (virt(c)) {
+		if (c->slow != 1.0)
+			svc = (uint64_t)llround((double)svc * c->slow);
 		c->clock += svc;
-	else
+		c->busy_ns += svc;
+	} else
 		spin_ns(c, svc);
 	c->running = f;
 	c->phase = VS_PH_RUN;
@@ -322,12 +405,19 @@ static bool decide(struct vs_core *c)
 	unsigned n;
 
 	charge(c, k->poll_ns);
+	if (r->cfg->ctl) {            /* IX's queue depth, sampled at every pass */
+		c->q_sum += (r->vq_tail[c->id] - r->vq_head[c->id]) +
+			    fp_shuf_ready_count(&r->sh, c->id);
+		c->q_n++;
+	}
 	if (fp_shuf_has_returns(&r->sh, c->id)) {
 		charge(c, k->remote_ns);
 		c->phase = VS_PH_RET;
 		return true;
 	}
-	n = nic_visible(c, r->cfg->batch);
+	/* --ctl: IX's run to completion, a batch taken from the NIC is run before the next, so
+	 * a backlog waits in the NIC queue, where a group's move can take it along */
+	n = r->cfg->ctl && fp_shuf_ready_count(&r->sh, c->id) ? 0 : nic_visible(c, r->cfg->batch);
 	if (n) {
 		charge(c, k->rx_ns * n);
 		c->pending_n = n;
@@ -439,14 +529,29 @@ void vs_irq_real(struct vs_core *c)
 
 /* ---- setup and results ---- */
 
-/* The offered load at time @t (ns): constant, or --shift's three phases. */
+/* --pattern: the rate is held for a slot this long (ns), IX's pattern sampled at its start */
+#define VS_PATTERN_SLOT_NS 1e6
+
+/* The offered load at time @t (ns): constant, --shift's three phases, or --pattern's rate
+ * as a load of the n workers at the nominal clock. */
 static double load_at(const struct vs_config *cfg, double t)
 {
 	double ms = cfg->shift_ms * 1e6;
 
+	if (cfg->has_pattern)
+		return lg_pattern_rate(&cfg->pattern, floor(t / VS_PATTERN_SLOT_NS) *
+				       VS_PATTERN_SLOT_NS / 1e9) * cfg->mean_us / 1e6 / cfg->n;
 	if (cfg->shift_ms <= 0)
 		return cfg->load;
 	return t >= ms && t < 2 * ms ? cfg->shift_hi : cfg->shift_lo;
+}
+
+/* The length of a timed run (--shift, --pattern) in ns, or +inf. */
+static double timed_end(const struct vs_config *cfg)
+{
+	if (cfg->has_pattern)
+		return cfg->pattern.duration_s * 1e9;
+	return cfg->shift_ms > 0 ? 3 * cfg->shift_ms * 1e6 : INFINITY;
 }
 
 /* The end of the phase holding @t, or +inf. */
@@ -454,6 +559,9 @@ static double phase_end(const struct vs_config *cfg, double t)
 {
 	double ms = cfg->shift_ms * 1e6;
 
+	if (cfg->has_pattern)
+		return fmin((floor(t / VS_PATTERN_SLOT_NS) + 1) * VS_PATTERN_SLOT_NS,
+			    timed_end(cfg));
 	if (cfg->shift_ms <= 0)
 		return INFINITY;
 	return t < ms ? ms : t < 2 * ms ? 2 * ms : 3 * ms;
@@ -468,7 +576,8 @@ static int make_requests(struct vs_run *r, const struct qs_dist *d)
 	const struct vs_config *cfg = r->cfg;
 	struct qs_rng ra, rs, rf;
 	double t = 0;
-	uint64_t cap = cfg->shift_ms > 0 ? 1024 : cfg->requests, n = 0;
+	bool timed = isfinite(timed_end(cfg));
+	uint64_t cap = timed ? 1024 : cfg->requests, n = 0;
 
 	qs_rng_seed(&ra, cfg->seed, 1);
 	qs_rng_seed(&rs, cfg->seed, 2);
@@ -483,8 +592,8 @@ static int make_requests(struct vs_run *r, const struct qs_dist *d)
 		struct vs_req *q;
 		double sv;
 
-		if (t + dt >= end) {
-			if (end >= 3 * cfg->shift_ms * 1e6)
+		if (!(rate_per_ns > 0) || t + dt >= end) {
+			if (end >= timed_end(cfg))
 				break;
 			t = end;
 			continue;
@@ -493,8 +602,10 @@ static int make_requests(struct vs_run *r, const struct qs_dist *d)
 		if (n == cap) {
 			struct vs_req *nr;
 
-			if (cfg->shift_ms <= 0)
+			if (!timed)
 				break;
+			if (n >= UINT32_MAX / 2)
+				return -E2BIG;   /* queues hold 32-bit indices */
 			if (!(nr = realloc(r->req, 2 * cap * sizeof(*r->req))))
 				return -ENOMEM;
 			r->req = nr;
@@ -540,7 +651,6 @@ int vs_run_setup(struct vs_run *r, const struct vs_config *cfg)
 {
 	unsigned owners = cfg->alloc ? cfg->homes : cfg->n;
 	struct qs_dist d;
-	uint32_t *per;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
@@ -556,46 +666,53 @@ int vs_run_setup(struct vs_run *r, const struct vs_config *cfg)
 	r->core = aligned_alloc(FP_CACHE_LINE, (cfg->n * sizeof(*r->core) + FP_CACHE_LINE - 1) /
 				FP_CACHE_LINE * FP_CACHE_LINE);
 	r->flow = calloc(cfg->flows, sizeof(*r->flow));
-	per = calloc(cfg->n, sizeof(*per));
-	if (!r->core || !r->flow || !per) {
+	if (!r->core || !r->flow) {
 		rc = -ENOMEM;
 		goto fail;
 	}
 	memset(r->core, 0, cfg->n * sizeof(*r->core));
-	for (unsigned g = 0; g < VS_GROUPS; g++)
-		r->table[g] = (uint8_t)(g % owners);
-	for (uint32_t i = 0; i < cfg->flows; i++)
-		fp_shuf_flow_init(&r->flow[i].sf, vs_home_of(r, i));
+	r->ghz = cfg->ghz;
+	r->n_on = owners;
+	r->draining = -1;
 	for (unsigned i = 0; i < cfg->n; i++) {
 		r->core[i].run = r;
 		r->core[i].id = i;
 		r->core[i].idle_since = UINT64_MAX;
+		r->core[i].slow = cfg->nominal_ghz / cfg->ghz;
+		r->core[i].on = i < owners;
 		fp_hist_init(&r->core[i].lat);
 	}
+	if (cfg->ctl && (rc = vs_ctl_setup(r)))
+		goto fail;
+	for (unsigned g = 0; g < VS_GROUPS; g++)
+		r->table[g] = (uint8_t)(g % r->n_on);
+	for (uint32_t i = 0; i < cfg->flows; i++)
+		fp_shuf_flow_init(&r->flow[i].sf, vs_home_of(r, i));
 	if ((rc = make_requests(r, &d)))
 		goto fail;
-	for (uint64_t i = 0; i < r->n_req; i++)
-		per[vs_home_of(r, r->req[i].flow)]++;
 	r->warm = (uint64_t)(cfg->warmup * (double)r->n_req);
 	if (cfg->alloc && (rc = alloc_setup(r)))
 		goto fail;
+	if (!cfg->alloc)
+		vs_cfg_log(r, 0);
 
 	if (!cfg->real) {
 		r->vq = calloc(cfg->n, sizeof(*r->vq));
 		r->vq_head = calloc(cfg->n, sizeof(*r->vq_head));
 		r->vq_tail = calloc(cfg->n, sizeof(*r->vq_tail));
+		r->vq_cap = calloc(cfg->n, sizeof(*r->vq_cap));
 		rc = -ENOMEM;
-		if (!r->vq || !r->vq_head || !r->vq_tail)
+		if (!r->vq || !r->vq_head || !r->vq_tail || !r->vq_cap)
 			goto fail;
-		for (unsigned i = 0; i < cfg->n; i++)
-			if (!(r->vq[i] = malloc((per[i] + 1) * sizeof(uint32_t))))
+		for (unsigned i = 0; i < cfg->n; i++) {
+			r->vq_cap[i] = 1024;
+			if (!(r->vq[i] = malloc(r->vq_cap[i] * sizeof(uint32_t))))
 				goto fail;
+		}
 	}
-	free(per);
 	qs_dist_free(&d);
 	return 0;
 fail:
-	free(per);
 	qs_dist_free(&d);
 	vs_run_free(r);
 	return rc;
@@ -656,6 +773,16 @@ void vs_run_free(struct vs_run *r)
 	free(r->vq);
 	free(r->vq_head);
 	free(r->vq_tail);
+	free(r->vq_cap);
+	free(r->flow_group);
+	if (r->group_flows)
+		for (unsigned g = 0; g < VS_GROUPS; g++)
+			free(r->group_flows[g]);
+	free(r->group_flows);
+	free(r->group_nflows);
+	for (unsigned g = 0; g < VS_GROUPS; g++)
+		free(r->held[g]);
+	free(r->cfgch);
 	free(r->core);
 	free(r->req);
 	free(r->flow);
@@ -689,6 +816,64 @@ static void collect_alloc(struct vs_run *r, struct vs_result *o)
 	o->congested = r->alloc->app[0].congested;
 	o->starved = r->alloc->app[0].starved;
 	o->passes = r->alloc->passes;
+}
+
+/* The workers polling and the clock over [@t0, @t1): core-ns polling, and ns x GHz. */
+static void cfg_span(const struct vs_run *r, uint64_t t0, uint64_t t1, double *core_ns,
+		     double *ghz_ns)
+{
+	*core_ns = *ghz_ns = 0;
+	for (size_t i = 0; i < r->n_cfgch; i++) {
+		uint64_t a = r->cfgch[i].t, b = i + 1 < r->n_cfgch ? r->cfgch[i + 1].t : UINT64_MAX;
+
+		a = a > t0 ? a : t0;
+		b = b < t1 ? b : t1;
+		if (b <= a)
+			continue;
+		*core_ns += (double)r->cfgch[i].n_on * (double)(b - a);
+		*ghz_ns += r->cfgch[i].ghz * (double)(b - a);
+	}
+}
+
+/* Core-seconds polling at each clock, off, and the loop's counts. */
+static void collect_cfg(struct vs_run *r, struct vs_result *o)
+{
+	for (size_t i = 0; i < r->n_cfgch; i++) {
+		uint64_t a = r->cfgch[i].t, b = i + 1 < r->n_cfgch ? r->cfgch[i + 1].t : r->end_ns;
+		unsigned k = 0;
+
+		if (b > r->end_ns)
+			b = r->end_ns;
+		if (b <= a)
+			continue;
+		while (k < o->n_clocks && o->clock_ghz[k] != r->cfgch[i].ghz)
+			k++;
+		if (k == o->n_clocks) {
+			if (k == CTL_MAX_RUNGS + 1)
+				continue;     /* more clocks than a ladder has rungs: cannot be */
+			o->clock_ghz[o->n_clocks++] = r->cfgch[i].ghz;
+		}
+		o->on_core_s[k] += (double)r->cfgch[i].n_on * (double)(b - a) / 1e9;
+	}
+	o->off_core_s = (double)r->cfg->n * (double)r->end_ns / 1e9;
+	for (unsigned k = 0; k < o->n_clocks; k++)
+		o->off_core_s -= o->on_core_s[k];
+	o->ticks = r->ticks;
+	o->ups = r->ups;
+	o->downs = r->downs;
+	o->moves = r->moves;
+	o->wakes = r->wakes;
+	o->move_us_mean = r->moves ? (double)r->move_ns_sum / (double)r->moves / 1000.0 : 0;
+	o->move_us_max = (double)r->move_ns_max / 1000.0;
+}
+
+static int cfgch_cmp(const void *a, const void *b)
+{
+	const struct vs_cfgch *x = a, *y = b;
+
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 static int tr_cmp(const void *a, const void *b)
@@ -734,7 +919,8 @@ static void collect_windows(struct vs_run *r, struct vs_result *o)
 			done[r->req[i].t_done / w_ns]++;
 	/* cores held: the homes (or every worker without --alloc), plus the burstable ones
 	 * between their grants and parks */
-	qsort(r->tr, r->n_tr, sizeof(*r->tr), tr_cmp);
+	if (r->n_tr)
+		qsort(r->tr, r->n_tr, sizeof(*r->tr), tr_cmp);
 	for (k = 0; k < nw; k++) {
 		uint64_t t0 = k * w_ns, t = t0;
 		double held = 0;
@@ -751,6 +937,14 @@ static void collect_windows(struct vs_run *r, struct vs_result *o)
 		o->win[k].offered_mrps = load_at(cfg, (double)t0 + (double)w_ns / 2) * cfg->n /
 					 cfg->mean_us;
 		o->win[k].mean_cores = held / (double)w_ns;
+		o->win[k].mean_ghz = cfg->ghz;
+		if (r->n_cfgch) {
+			double core_ns, ghz_ns;
+
+			cfg_span(r, t0, t0 + w_ns, &core_ns, &ghz_ns);
+			o->win[k].mean_cores = core_ns / (double)w_ns;
+			o->win[k].mean_ghz = ghz_ns / (double)w_ns;
+		}
 		o->win[k].done_mrps = (double)done[k] / (double)w_ns * 1000.0;
 	}
 	o->n_win = nw;
@@ -799,6 +993,17 @@ void vs_collect(struct vs_run *r, struct vs_result *o)
 	o->gen_late_count = r->gen_late_count;
 	if (cfg->alloc)
 		collect_alloc(r, o);
+	/* changes are logged at the clock of the core that made them, which may run ahead of
+	 * another's: in time order, and in logging order at equal times */
+	if (r->n_cfgch > 1) {
+		for (size_t i = 1; i < r->n_cfgch; i++)
+			if (r->cfgch[i].t < r->cfgch[i - 1].t) {
+				qsort(r->cfgch, r->n_cfgch, sizeof(*r->cfgch), cfgch_cmp);
+				break;
+			}
+	}
+	if (!cfg->real && !cfg->alloc)
+		collect_cfg(r, o);
 	if (cfg->window_us > 0)
 		collect_windows(r, o);
 	if (cfg->real) {

@@ -12,7 +12,9 @@
  *   1. an arrival: the request joins its home's NIC queue; parked cores look again;
  *   2. an interrupt due on a core (ZygOS's IPI): its handler runs inside the current run;
  *   3. with --alloc, the core allocator's pass (every alloc_us): it may grant burstable
- *      workers their cores (model.c, rt/alloc.c);
+ *      workers their cores (model.c, rt/alloc.c); with --ctl, the control loop's tick
+ *      (every interval_ms): it may add or remove workers, move flow groups, change the
+ *      clock (ctl.c, ctl/policy.c);
  *   4. the core with the smallest clock takes its next step (model.c), which moves its
  *      clock by the step's cost. A core with nothing to do parks (its clock stops) until
  *      something changes that it might act on; a burstable worker (--alloc) that has
@@ -21,23 +23,6 @@
  *
  * The loop ends when every request has been answered.
  */
-
-static void arrive(struct vs_run *r, uint64_t t)
-{
-	const struct vs_req *q = &r->req[r->next_arr];
-	unsigned w = vs_home_of(r, q->flow);
-
-	r->vq[w][r->vq_tail[w]++] = (uint32_t)r->next_arr;
-	r->next_arr++;
-	for (unsigned i = 0; i < r->cfg->n; i++) {
-		struct vs_core *c = &r->core[i];
-
-		if (c->parked) {
-			c->parked = false;
-			c->clock = t + (uint64_t)(r->cfg->costs.poll_ns + 0.5);
-		}
-	}
-}
 
 /* A core found nothing to do: it waits for a change; a burstable worker that has looked
  * for spin_us gives its core back, and one that has not yet looks again by then. */
@@ -82,13 +67,18 @@ int vs_virtual(struct vs_run *r)
 			ta = r->req[r->next_arr].t_arr;
 		if (cfg->alloc)
 			tp = r->next_pass;
+		if (cfg->ctl)
+			tp = r->next_tick;
 		if (ta != UINT64_MAX && ta <= ti && ta <= tc && ta <= tp)
-			arrive(r, ta);
+			vs_arrive(r, ta);
 		else if (ci && ti <= tc && ti <= tp)
 			vs_irq(ci);
 		else if (!cc && !ci && ta == UINT64_MAX)
 			return -EDEADLK;   /* every home idle with its queues empty: nothing left */
-		else if (tp <= tc) {
+		else if (tp <= tc && cfg->ctl) {
+			vs_ctl_tick(r, tp);
+			r->next_tick += (uint64_t)cfg->policy.interval_ms * 1000000;
+		} else if (tp <= tc) {
 			vs_alloc_pass(r, tp);
 			r->next_pass += alloc_ns;
 		} else {

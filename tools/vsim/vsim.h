@@ -12,6 +12,9 @@
 #include <flowplane/ring.h>
 #include <flowplane/shuffle.h>
 
+#include "ctl.h"          /* ctl/: IX's policy, the same code fp-ctl runs */
+#include "lg.h"           /* apps/loadgen/: IX's load patterns, the same as fp-loadgen's */
+
 /*
  * One worker loop (model.c) runs in two worlds:
  *
@@ -50,6 +53,8 @@ struct vs_costs {
 	double ipi_handle_ns; /* the interrupted core's cost to enter and leave the handler */
 	double wake_ns;      /* --alloc: a grant decided to the worker running on its core */
 	double park_ns;      /* --alloc: a worker's cost of parking (its core is nobody's) */
+	double move_ns;      /* --ctl: the old owner's cost of starting a flow group's move
+			      * (IX's hold: marking it, stopping its timers) */
 };
 
 struct vs_cost_name {
@@ -88,6 +93,14 @@ struct vs_config {
 	/* --shift LO:HI:MS: load LO for MS, HI for MS, LO for MS (Shenango's Figure 5) */
 	double shift_lo, shift_hi, shift_ms;
 	double window_us;            /* --windows: per-window results, this wide */
+	/* IX's control plane (issue 18): the clock, load patterns, the 10 Hz loop */
+	double ghz, nominal_ghz;     /* every step and service time takes nominal/ghz as long */
+	double slo_us;               /* --max-load's bound in us (0: slo_mult x S) */
+	bool has_pattern;            /* --pattern: the arrival rate follows IX's pattern */
+	struct lg_pattern pattern;   /* rates in requests/s, over pattern.duration_s */
+	const char *pattern_spec;
+	bool ctl;                    /* --ctl: the control loop (ctl/policy.c) runs the workers */
+	struct ctl_policy policy;
 };
 
 /* A request: its arrival, service time and flow; where and when it was answered. */
@@ -134,6 +147,16 @@ struct vs_core {
 	/* counters */
 	uint64_t frames, replies, batches, kicks, irqs, order_errors;
 	struct fp_hist lat;          /* sojourn, ns */
+	/* --ctl: the worker's share of the machine, and IX's metrics over the interval */
+	double slow;                 /* nominal GHz / the clock's GHz (1: nominal) */
+	bool on;                     /* polling (its core the app's); off: parked in a deep
+				      * C-state, or the batch job's */
+	uint64_t busy_ns;            /* time in steps and service so far */
+	uint64_t served;             /* requests run so far */
+	uint64_t q_sum, q_n;         /* queue depth at each pass of the loop, summed */
+	uint64_t busy0, served0;     /* at the interval's start */
+	double delay_ewma[3], idle_ewma[3];
+	bool ewma_set;
 	/* real world: the NIC queue, interrupts (a signal), and time spent per step kind */
 	struct fp_ring *nic;
 	pthread_t thread;
@@ -172,11 +195,35 @@ struct vs_run {
 		int32_t d;
 	} *tr;
 	size_t n_tr, cap_tr;
+	/* virtual world's NIC queues are rings of @vq_cap[w] (a power of two) slots */
+	uint32_t *vq_cap;
+	/* --ctl: flow groups and their moves (IX's hold and release), the loop's state */
+	uint8_t *flow_group;         /* per flow */
+	uint32_t **group_flows, *group_nflows;
+	uint32_t outstanding[VS_GROUPS];   /* arrived at the owner and not yet answered */
+	int16_t moving_to[VS_GROUPS];      /* -1, or the worker the group is on its way to */
+	uint64_t move_start[VS_GROUPS];
+	uint32_t *held[VS_GROUPS], n_held[VS_GROUPS], cap_held[VS_GROUPS];
+	unsigned moving;                   /* groups on their way */
+	unsigned rung, n_on;               /* the ladder's rung; workers polling */
+	double ghz;                        /* the clock now */
+	int draining;                      /* the first worker being emptied, or -1 */
+	unsigned n_target;                 /* workers 0..n_target-1 are to own the groups */
+	uint64_t next_tick, last_change_ns, ticks, ups, downs, moves, wakes;
+	uint64_t move_ns_sum, move_ns_max;
+	struct vs_cfgch {                  /* workers polling and the clock from @t on */
+		uint64_t t;
+		uint16_t n_on;
+		uint32_t seq;
+		double ghz;
+	} *cfgch;
+	size_t n_cfgch, cap_cfgch;
+	uint64_t pending_arrivals;         /* arrived, not yet answered (all groups) */
 };
 
 /* One window of a time series (--windows): requests by arrival time. */
 struct vs_window {
-	double t0_ms, offered_mrps, done_mrps, mean_cores;
+	double t0_ms, offered_mrps, done_mrps, mean_cores, mean_ghz;
 	struct fp_hist_summary s;
 };
 
@@ -193,6 +240,12 @@ struct vs_result {
 	uint64_t grants, parks, congested, starved, passes;
 	struct vs_window *win;            /* --windows: n_win of them (the caller frees) */
 	unsigned n_win;
+	/* --ctl (and any virtual run): core-seconds polling per clock, off, wake-ups */
+	unsigned n_clocks;
+	double clock_ghz[CTL_MAX_RUNGS + 1], on_core_s[CTL_MAX_RUNGS + 1];
+	double off_core_s;
+	uint64_t ticks, ups, downs, moves, wakes;
+	double move_us_mean, move_us_max;
 };
 
 /* costs.c: NAME=NS lines ('#' starts a comment, blank lines skipped) into @k, from
@@ -211,6 +264,15 @@ void vs_irq_real(struct vs_core *c); /* the same, in a signal handler on a real 
 void vs_collect(struct vs_run *r, struct vs_result *out);
 void vs_alloc_pass(struct vs_run *r, uint64_t t);  /* --alloc: one allocator pass at @t */
 void vs_park(struct vs_core *c);     /* --alloc: a burstable worker gives its core back */
+void vs_arrive(struct vs_run *r, uint64_t t);   /* the next request joins its queue */
+void vs_vq_prepend(struct vs_run *r, unsigned w, const uint32_t *idx, uint32_t n);
+
+/* ctl.c: IX's control loop in virtual time */
+int vs_ctl_setup(struct vs_run *r);
+void vs_ctl_tick(struct vs_run *r, uint64_t t);    /* one tick of the loop at @t */
+void vs_ctl_answered(struct vs_run *r, struct vs_core *c, unsigned group);
+void vs_ctl_hold(struct vs_run *r, unsigned g, uint32_t idx);  /* a frame of a moving group */
+void vs_cfg_log(struct vs_run *r, uint64_t t);    /* workers polling / the clock changed */
 
 /* virt.c, real.c */
 int vs_virtual(struct vs_run *r);

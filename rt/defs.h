@@ -159,8 +159,9 @@ int rt_steer_park(struct rt_steer *s, unsigned worker, bool park);
 bool rt_steer_parked(const struct rt_steer *s, unsigned worker);
 void rt_steer_worker_exit(struct rt_steer *s, unsigned me, struct fp_stack *stack,
 			  struct fp_pool_cache *c);
-/* Before sleeping: false when frames already wait (do not sleep); after: done. */
-bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me);
+/* Before sleeping: false when frames already wait, a move is asked of @me or its parked
+ * state is no longer @parked (do not sleep); after: done. */
+bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me, bool parked);
 /* Wake the workers of the @workers mask that sleep (after publishing work for them). */
 void rt_steer_kick(struct rt_steer *s, uint64_t workers);
 void rt_steer_sleep_done(struct rt_steer *s, unsigned me);

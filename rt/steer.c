@@ -754,13 +754,19 @@ void rt_steer_kick(struct rt_steer *s, uint64_t workers)
 	wake(s, workers & (s->n < 64 ? (1ull << s->n) - 1 : ~0ull));
 }
 
-bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me)
+bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me, bool parked)
 {
 	atomic_store_explicit(&s->wk[me].sleeping, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&s->epoch, memory_order_relaxed) != s->wk[me].seen_epoch) {
+	/* Each of these is written, then wake() looks at @sleeping: seen here, or woken. A
+	 * move asked of us (rt_steer_ask_move) or a park or unpark since the caller looked
+	 * was missed before, and the worker slept its full second per move: a controller
+	 * emptying an idle worker of 64 groups took up to a minute. */
+	if (atomic_load_explicit(&s->epoch, memory_order_relaxed) != s->wk[me].seen_epoch ||
+	    atomic_load_explicit(&s->wk[me].req, memory_order_relaxed) ||
+	    atomic_load_explicit(&s->wk[me].parked, memory_order_relaxed) != parked) {
 		atomic_store_explicit(&s->wk[me].sleeping, 0, memory_order_relaxed);
-		return false;   /* a fence to put in our rings first */
+		return false;   /* a fence to put in our rings first, a move to start, a park */
 	}
 	for (unsigned src = 0; src < s->n; src++) {
 		if (src != me && fp_ring_count(s->rings[src * s->n + me])) {

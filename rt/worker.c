@@ -395,7 +395,10 @@ static void rt_sleep_fd(struct rt_wk *w, uint64_t now, int extra_fd)
 	}
 	if (rt_ctx_stopping(&w->ctx))
 		return;
-	if (w->steer && !rt_steer_sleep_prepare(w->steer, w->ctx.worker))
+	/* parked as rt_idle() saw it (a burstable worker never looks: as it is) */
+	bool parked = w->burst ? w->steer && rt_steer_parked(w->steer, w->ctx.worker)
+			       : w->parked_since_us != 0;
+	if (w->steer && !rt_steer_sleep_prepare(w->steer, w->ctx.worker, parked))
 		return;   /* frames handed over to us wait */
 	if (w->steer && (w->run->sh || w->run->app_steal) && rt_steal_home_work(&w->ctx)) {
 		rt_steer_sleep_done(w->steer, w->ctx.worker);

@@ -243,13 +243,27 @@ def test_batch_job_on_the_pool_at_sched_idle(topo, build_dir):
     """--batch: the batch job runs on the burstable workers' cores (here core 1) at
     SCHED_IDLE, is stopped when the allocator ends, and its CPU time is reported."""
     spin = build_dir / "bench" / "fp-batch"
-    cmd = f"chrt -p $$; taskset -p $$; exec {spin} 30"
+    cmd = f"exec {spin} 30"
     with Server(topo, build_dir, "batch", "--burst", "1") as srv:
         a = alloc(topo, build_dir, srv.stats, "--sleep", "--interval-us", "200", "--seconds",
-                  "1.5", "--batch", cmd, "--json")
-        out, err = a.communicate(timeout=60)
+                  "60", "--batch", cmd, "--json")
+        try:
+            # looked at from outside: a job at SCHED_IDLE may wait for its CPU on a busy box
+            # (a shell's second command did not run within 1.5 s once)
+            def job():
+                r = subprocess.run(["pgrep", "-f", f"^{spin} 30"], capture_output=True,
+                                   text=True)
+                return r.stdout.split()
+            wait_for(lambda: job(), "the batch job started", 30)
+            pid = job()[0]
+            sched = subprocess.run(["chrt", "-p", pid], capture_output=True, text=True).stdout
+            cores = subprocess.run(["taskset", "-p", pid], capture_output=True, text=True).stdout
+            assert "SCHED_IDLE" in sched and "affinity mask: 2" in cores, (sched, cores)
+            time.sleep(0.5)
+        finally:
+            a.send_signal(signal.SIGINT)
+            out, err = a.communicate(timeout=60)
     assert a.returncode == 0, err
-    assert "SCHED_IDLE" in err and "affinity mask: 2" in err, err
     b = json.loads(out)["batch"]
     assert b["pool_cores"] == 1 and b["cpu_s"] > 0 and not b["ended_by_itself"], b
     assert 0 < b["share_of_pool"] <= 1.05, b

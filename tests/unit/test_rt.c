@@ -1299,10 +1299,51 @@ static void test_ctl_metrics(void **state)
 	}
 }
 
+/*
+ * The sleeper's half of the wake-up handshake: whatever was asked of a worker after its
+ * last look (a move of a group it owns, a park or unpark) is seen by
+ * rt_steer_sleep_prepare, since the asker's wake() found it awake and wrote nothing. Before
+ * this was checked an idle worker slept through each move asked of it (a second each).
+ */
+static void test_steer_sleep_sees_requests(void **state)
+{
+	struct fp_rt_config cfg = { .n_workers = 2, .steer_weights = { 1, 0 },
+				    .n_steer_weights = 2 };   /* every group on worker 0 */
+	struct rt_run run = { .cfg = &cfg };
+	char err[128];
+
+	(void)state;
+	assert_int_equal(rt_steer_create(&run, err, sizeof(err)), 0);
+	struct rt_steer *s = run.steer;
+
+	assert_true(rt_steer_sleep_prepare(s, 0, false));   /* nothing asked: it may sleep */
+	rt_steer_sleep_done(s, 0);
+	assert_int_equal(rt_steer_ask_move(s, 5, 1), 0);    /* group 5: worker 0 to 1 */
+	assert_false(rt_steer_sleep_prepare(s, 0, false));  /* the move to start first */
+	assert_true(rt_steer_sleep_prepare(s, 1, false));   /* not the destination's business */
+	rt_steer_sleep_done(s, 1);
+	/* a worker asked to receive a group is not parked; one that owns none is */
+	assert_int_equal(rt_steer_park(s, 1, true), -EBUSY);
+	rt_steer_destroy(&run);
+
+	assert_int_equal(rt_steer_create(&run, err, sizeof(err)), 0);
+	s = run.steer;
+	assert_int_equal(rt_steer_park(s, 1, true), 0);
+	assert_false(rt_steer_sleep_prepare(s, 1, false));  /* parked since it looked */
+	assert_true(rt_steer_sleep_prepare(s, 1, true));
+	rt_steer_sleep_done(s, 1);
+	assert_int_equal(rt_steer_park(s, 1, false), 0);
+	assert_false(rt_steer_sleep_prepare(s, 1, true));   /* unparked since: back to work */
+	assert_true(rt_steer_sleep_prepare(s, 1, false));
+	rt_steer_sleep_done(s, 1);
+	rt_steer_destroy(&run);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ctl_metrics),
+		cmocka_unit_test(test_steer_sleep_sees_requests),
 		cmocka_unit_test(test_options_good),
 		cmocka_unit_test(test_options_bad),
 		cmocka_unit_test(test_options_help),

@@ -16,6 +16,10 @@ point a second. The configurations (--confs; default the first three), interleav
   dynamic   starts as static1; fp-ctl run decides (its default policy unless --policy:
             add a worker above 300 us of queueing delay, remove one above idle 1/n + 0.1,
             10 Hz)
+  static1-fifo, dynamic-fifo
+            the same with the server's --park-prio 1: a parked worker sleeps at
+            SCHED_FIFO 1, so the frames its queue still receives are handed over ahead
+            of the generator polling on its core
 
 Per run: every window's offered and achieved rate, p50/p99, validity (fp-loadgen's checks:
 achieved >= 99% of offered, client slip, timeouts); the server's CPU (utime + stime over the
@@ -139,7 +143,10 @@ def load_args(a):
 
 def one(topo, build, conf, a, out, tag):
     name = f"cs{os.getpid() % 10000}"
+    label, fifo = conf, conf.endswith("-fifo")
+    conf = conf.removesuffix("-fifo")
     extra = ["--steer-weights", "1,0"] if conf in ("static1", "dynamic") else []
+    extra += ["--park-prio", "1"] if fifo else []
     srv = topo.popen(topo.srv_ns, server_cmd(topo, build, a, name, extra))
     ctlp, t_ctl = None, 0.0
     batch = out / f"{tag}.batch.txt"
@@ -205,7 +212,7 @@ def one(topo, build, conf, a, out, tag):
     # ms its last answers take), so the first began --duration seconds before that
     t0 = t_end - a.duration
     pw = Power({k: v[0] for k, v in read_power(a.power).items()})
-    res = {"conf": conf, "server_cpu_s": round(c1 - c0, 3),
+    res = {"conf": label, "server_cpu_s": round(c1 - c0, 3),
            "energy_j": round(model_energy(pw, ws0, ws, t_stats - t_start), 1),
            "energy_from": "model",
            "moves": sum(w["moves_in"] for w in ws),
@@ -266,7 +273,7 @@ def summary(runs, a):
     def mm(xs, fmt="{:.0f}"):
         return (fmt.format(statistics.median(xs)) + " (" + fmt.format(min(xs)) + "-" +
                 fmt.format(max(xs)) + ")") if xs else "–"
-    for conf in ("static1", "static2", "dynamic", "moving"):
+    for conf in dict.fromkeys(r["conf"] for r in runs):
         rs = [r for r in runs if r["conf"] == conf]
         if not rs:
             continue
@@ -308,14 +315,14 @@ def summary(runs, a):
                          f"{r['move_us_max']} µs, {r['steer_drop']} hand-over drops, "
                          f"{sum(p['errors'] + p['timeouts'] for p in r['points'])} errors + "
                          "timeouts")
-    dyn = [r for r in runs if r["conf"] == "dynamic"]
+    dyn = [r for r in runs if r["conf"].startswith("dynamic")]
     if dyn:
         lines += ["", "Controller (dynamic runs): workers polling at each change, seconds "
                   "from the start of the loop:", ""]
         for i, r in enumerate(dyn):
             sig = (f"highest delay estimate {r['delay_us_max']:.1f} µs, lowest idle share "
                    f"{r['idle_min']:.2f}; " if r.get("delay_us_max") is not None else "")
-            lines.append(f"- round {i + 1}: {sig}{r.get('ups', 0)} up, {r.get('downs', 0)} down, "
+            lines.append(f"- {r['conf']}, round {r['round']}: {sig}{r.get('ups', 0)} up, {r.get('downs', 0)} down, "
                          f"{r['moves']} group moves ({r['move_conns']} connections, "
                          f"{r['move_held']} frames held; mean {r['move_us_mean']} µs, longest "
                          f"{r['move_us_max']} µs): "
@@ -333,7 +340,7 @@ def summary(runs, a):
                 per, pol, peak = r.get("batch_blocks_per_s", []), r.get("polling_per_s", []), r["peak"]
                 one_s = [b for b, n in zip(per, pol) if n == 1]
                 rest = sum(b for b, n in zip(per, pol) if n != 1)
-                lines.append(f"| {i + 1} | {peak:.0f} | {100 * sum(per) / (peak * a.duration):.0f}% | "
+                lines.append(f"| {r['conf']} {r['round']} | {peak:.0f} | {100 * sum(per) / (peak * a.duration):.0f}% | "
                              f"{len(one_s)} | "
                              f"{100 * sum(one_s) / (peak * len(one_s)) if one_s else 0:.0f}% | "
                              f"{rest:.0f} |")

@@ -77,6 +77,11 @@ const char fp_rt_options_help[] =
 	"                        --idle given explicitly is then the homes' (sleep: an idle\n"
 	"                        run gives every core back)\n"
 	"  --burst-idle-us US    a burstable worker idle this long parks (default 20)\n"
+	"  --park-prio P         flow groups: a worker parked by fp-ctl sleeps at SCHED_FIFO\n"
+	"                        priority P (1..99; root or RLIMIT_RTPRIO), so what its\n"
+	"                        queue still receives is handed over at once even while\n"
+	"                        its core runs other work; back to normal when unparked\n"
+	"                        (default: off)\n"
 	"  --spin-us US          sleep: spin this long before sleeping; adaptive: spin at\n"
 	"                        most this long (default 200)\n"
 	"  --nap-us US           dpdk (no receive interrupt): an idle worker sleeps in naps\n"
@@ -101,7 +106,7 @@ const char fp_rt_options_help[] =
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "batch", "idle",
-	"sched", "burst", "burst-idle-us", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
+	"sched", "burst", "burst-idle-us", "park-prio", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
 };
 
@@ -338,6 +343,7 @@ static int opt_number(struct fp_rt_config *cfg, const char *opt, const char *val
 	NUM("nap-us", 0, 1000000, false, cfg->nap_us = (uint32_t)v)
 	NUM("burst", 1, FP_RT_MAX_WORKERS - 1, false, cfg->n_burst = (unsigned)v)
 	NUM("burst-idle-us", 0, 1000000, false, cfg->burst_idle_us = (uint32_t)v)
+	NUM("park-prio", 1, 99, false, cfg->park_prio = (unsigned)v)
 	NUM("umem-frames", 64, 1u << 20, true, cfg->xdp.frames = (uint32_t)v)
 	NUM("seed", 0, UINT64_MAX, false, cfg->seed = v)
 	NUM("rcv-buf", 4096, 1u << 30, true, cfg->stack.rcv_buf = (uint32_t)v)
@@ -577,6 +583,29 @@ static const char *rt_ip_problem(uint32_t ip, uint8_t prefix, char *owner, size_
 	return NULL;
 }
 
+/* --park-prio P: only workers that fp-ctl can park (flow groups, partitioned); and the
+ * policy must be ours to set, which is tried here on the main thread, then undone. */
+static int config_park_prio(struct rt_start *s)
+{
+	struct fp_rt_config *c = &s->cfg;
+	struct sched_param fifo = { .sched_priority = (int)c->park_prio }, was;
+	int policy, rc;
+
+	if (c->transport != FP_TRANSPORT_XDP || c->n_workers < 2 || c->steer != FP_STEER_GROUPS ||
+	    c->sched == FP_SCHED_STEAL)
+		return snprintf(s->err, sizeof(s->err), "--park-prio is for workers that fp-ctl "
+				"parks: the xdp transport, several workers, --steer groups and "
+				"--sched part"), -EINVAL;
+	if ((rc = pthread_getschedparam(pthread_self(), &policy, &was)) == 0 &&
+	    (rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &fifo)) == 0)
+		rc = pthread_setschedparam(pthread_self(), policy, &was);
+	if (rc)
+		return snprintf(s->err, sizeof(s->err), "--park-prio %u: SCHED_FIFO is not allowed "
+				"here (%s): run as root, raise RLIMIT_RTPRIO to %u (ulimit -r), or "
+				"drop --park-prio", c->park_prio, strerror(rc), c->park_prio), -EPERM;
+	return 0;
+}
+
 /* --burst K: the last K workers are burstable (rt/README.md, "Burstable workers"). They
  * steal (--sched steal) and own no flow group (xdp, groups: weight 0), so an allocator
  * can take their cores at any time; it finds them through the stats segment. */
@@ -668,6 +697,8 @@ static int step_config(struct rt_start *s)
 		}
 	}
 	if (c->n_burst && (rc = config_burst(s)))
+		return rc;
+	if (c->park_prio && (rc = config_park_prio(s)))
 		return rc;
 	if (c->n_steer_weights && (c->transport != FP_TRANSPORT_XDP || c->n_workers < 2 ||
 				   c->steer != FP_STEER_GROUPS))

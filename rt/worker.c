@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +63,9 @@ struct rt_wk {
 	uint64_t idle_since_us;           /* first idle round of this idle spell */
 	uint64_t slept_cycles;            /* TSC cycles asleep in poll(), all told (gaps) */
 	uint64_t parked_since_us;         /* parked by the control plane since; 0: not */
+	int run_policy;                   /* --park-prio: the policy to go back to... */
+	struct sched_param run_param;     /* ...and its parameters, when unparked */
+	bool park_prio_said;              /* its refusal was reported */
 	struct rt_idle_budget budget;     /* --idle adaptive */
 	struct rt_ctl_acc ctl;            /* IX's control-plane metrics */
 	unsigned last_q;                  /* queue depth at this round's poll */
@@ -426,6 +431,34 @@ static void rt_sleep(struct rt_wk *w, uint64_t now)
 	rt_sleep_fd(w, now, -1);
 }
 
+/*
+ * --park-prio: a parked worker sleeps at SCHED_FIFO, so a frame its queue still receives
+ * (a NIC, or a sender, that still steers there) wakes it ahead of whatever now runs on
+ * its core, and is handed over at once instead of after that task's time slice (3 ms at
+ * p99 measured with the load generator on the core, docs/results.md). Back to its own
+ * policy before it polls again: a polling worker at SCHED_FIFO would own its core. The
+ * startup checked that the policy may be set (run.c), so a refusal here is not expected;
+ * it is said once and the worker goes on as it is.
+ */
+static void rt_park_prio(struct rt_wk *w, bool parked)
+{
+	struct sched_param fifo = { .sched_priority = (int)w->run->cfg->park_prio };
+	int rc;
+
+	if (parked) {
+		if (pthread_getschedparam(pthread_self(), &w->run_policy, &w->run_param))
+			return;
+		rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &fifo);
+	} else {
+		rc = pthread_setschedparam(pthread_self(), w->run_policy, &w->run_param);
+	}
+	if (rc && !w->park_prio_said) {
+		w->park_prio_said = true;
+		fprintf(stderr, "flowplane: worker %u: --park-prio: cannot change its scheduling "
+			"policy (%s); it sleeps and polls as it is\n", w->ctx.worker, strerror(rc));
+	}
+}
+
 /* Parked or unparked by the control plane since the last round: note it. */
 static void rt_park_note(struct rt_wk *w, uint64_t now, bool parked)
 {
@@ -441,6 +474,8 @@ static void rt_park_note(struct rt_wk *w, uint64_t now, bool parked)
 		w->parked_since_us = 0;
 	}
 	s->parked = parked;
+	if (w->run->cfg->park_prio && !w->burst)
+		rt_park_prio(w, parked);
 }
 
 static void rt_idle(struct rt_wk *w, uint64_t now)
@@ -622,6 +657,10 @@ static void rt_loop(struct rt_wk *w)
 		slept_before = w->slept_cycles;
 		bool busy = rt_round(w, now, &batch);
 
+		/* unparked: noted before the next round, busy or not (rt_idle notes a park) */
+		if (fp_unlikely(w->parked_since_us) && w->steer && !w->burst &&
+		    !rt_steer_parked(w->steer, w->ctx.worker))
+			rt_park_note(w, now, false);
 		uint64_t t1 = fp_rdtsc();
 
 		rt_account(w, busy, batch, t1 - t0);

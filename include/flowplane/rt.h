@@ -101,6 +101,11 @@ struct fp_rt_config {
 					  * core allocator (fp-ctl alloc) grants them a core */
 	uint32_t burst_idle_us;          /* a burstable worker with nothing to do this long
 					  * parks (gives its core back) */
+	unsigned park_prio;              /* a worker parked by the control plane sleeps at
+					  * SCHED_FIFO this priority (1..99), back to its own
+					  * policy when unparked, so the frames its queue still
+					  * receives are handed over at once even when its core
+					  * runs something else; 0: off (the default) */
 	double rx_drop;                  /* fault injection: drop this fraction of received
 					  * frames before the stack (counted) */
 	double rx_reorder;               /* fault injection: hold this fraction of received

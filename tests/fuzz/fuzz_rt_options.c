@@ -107,6 +107,8 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 		F(n_burst);
 	else if (!strcmp(opt, "burst-idle-us"))
 		F(burst_idle_us);
+	else if (!strcmp(opt, "park-prio"))
+		F(park_prio);
 	else if (!strcmp(opt, "xdp-mode"))
 		F(xdp.mode);
 	else if (!strcmp(opt, "xdp-copy"))
@@ -188,6 +190,7 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 	CHECK(c->nap_us <= 1000000);
 	CHECK(c->n_burst < FP_RT_MAX_WORKERS);
 	CHECK(c->burst_idle_us <= 1000000);
+	CHECK(c->park_prio <= 99);
 	CHECK(c->xdp.frames == 0 || (c->xdp.frames >= 64 && c->xdp.frames <= (1u << 20)));
 	CHECK(c->stack.rcv_buf == 0 || (c->stack.rcv_buf >= 4096 && c->stack.rcv_buf <= (1u << 30)));
 	CHECK(c->stack.rto_min_us == 0 ||

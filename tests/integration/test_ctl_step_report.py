@@ -44,13 +44,15 @@ def test_summary_reports_batch_and_moves():
                            batch=True, power=str(ROOT / "bench" / "power" / "xeon-e5-2665.txt"))
     pt = {"target_rps": 1000, "p99_us": 100, "valid": True, "errors": 0, "timeouts": 0}
     base = {"server_cpu_s": 1.0, "energy_j": 40.0, "energy_from": "model", "moves": 0,
-            "rst_tx": 0, "points": [pt, dict(pt, p99_us=900)], "peak": 1000}
+            "rst_tx": 0, "points": [pt, dict(pt, p99_us=900)], "peak": 1000, "round": 1}
     dyn = dict(base, conf="dynamic", moves=64, move_conns=3, move_held=5, move_us_mean=20.0,
                move_us_max=50.0, polling=[(0.0, 1), (1.2, 2)], ups=1, downs=0,
                polling_per_s=[1, 2], batch_blocks_per_s=[800, 100])
-    md = cs.summary([dict(base, conf="static1"), dyn], a)
+    fifo = dict(base, conf="static1-fifo", points=[pt, pt])
+    md = cs.summary([dict(base, conf="static1"), fifo, dyn], a)
     assert "| dynamic | 1 (1-1) |" in md, md
+    assert "| static1-fifo | 0 (0-0) |" in md, md      # every configuration run has its row
     assert "64 group moves (3 connections, 5 frames held" in md, md
     # 800 of 1000 in the one second worker 1 was parked; 100 in the other
-    assert "| 1 | 1000 | 45% | 1 | 80% | 100 |" in md, md
+    assert "| dynamic 1 | 1000 | 45% | 1 | 80% | 100 |" in md, md
     assert "modelled (xeon-e5-2665.txt" in md, md

@@ -161,6 +161,13 @@ def test_bad_weights_one_line(topo, build_dir):
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--steer-weights lists 3 weights for 2 workers" in lines[0], lines
+    # --park-prio: only for workers fp-ctl can park
+    r = topo.sh(topo.srv_ns, exe, "server", "--if", topo.srv_if, "--ip",
+                f"{topo.fp_srv_ip}/24", "--workers", "1", "--park-prio", "1", "--stats", "none",
+                check=False)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and "--park-prio is for workers" in lines[0], \
+        lines
 
 
 # ---- flow-group migration (fp-ctl move) ----
@@ -501,6 +508,44 @@ def test_park_gives_the_core_back(topo, build_dir):
 
 def ctl_log(path):
     return [json.loads(x) for x in pathlib.Path(path).read_text().splitlines()]
+
+
+def fifo_threads(pid):
+    """The priorities of @pid's threads that run at SCHED_FIFO."""
+    prios = []
+    for t in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if os.sched_getscheduler(int(t.name)) == os.SCHED_FIFO:
+                prios.append(os.sched_getparam(int(t.name)).sched_priority)
+        except OSError:
+            pass   # a thread that ended meanwhile
+    return prios
+
+
+def test_parked_worker_sleeps_at_fifo(topo, build_dir):
+    """--park-prio 1: a worker parked by fp-ctl sleeps at SCHED_FIFO priority 1 (what its
+    queue still receives is handed over ahead of whatever else runs on its core), serves
+    Linux clients' streams whole meanwhile, and once unparked polls at its own policy."""
+    with Server(topo, build_dir, "--park-prio", "1", stats="pp") as srv:
+        pid = srv.p.pid
+        assert pathlib.Path(f"/proc/{pid}/comm").read_text().strip() == "fp-echo"
+        assert fifo_threads(pid) == []
+        assert fp_ctl(build_dir, "cmd", srv.stats, 4, 0, 0).returncode == 0  # all to worker 0
+        wait_for(lambda: "worker 1: -  (0 groups)" in fp_ctl(build_dir, "groups",
+                                                             srv.stats).stdout,
+                 "the table applied")
+        r = fp_ctl(build_dir, "park", srv.stats, 1)
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: fifo_threads(pid) == [1], "the parked worker at SCHED_FIFO 1")
+        out = client_py(topo, BULK, topo.fp_srv_ip, PORT, 8, 8_000_000)
+        assert out.startswith("ok"), out
+        assert fifo_threads(pid) == [1]
+        r = fp_ctl(build_dir, "unpark", srv.stats, 1)
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: fifo_threads(pid) == [], "back to its own policy once unparked")
+        ws = srv.workers()
+    assert ws[1]["parks"] == 1 and ws[1]["parked"] == 0, ws[1]
+    assert all(w["net"]["tcp_rst_tx"] == 0 for w in ws)
 
 
 def test_control_loop_parks_and_unparks(topo, build_dir, tmp_path):

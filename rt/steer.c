@@ -761,7 +761,7 @@ bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me, bool parked)
 	/* Each of these is written, then wake() looks at @sleeping: seen here, or woken. A
 	 * move asked of us (rt_steer_ask_move) or a park or unpark since the caller looked
 	 * was missed before, and the worker slept its full second per move: a controller
-	 * emptying an idle worker of 64 groups took up to a minute. */
+	 * emptying an idle worker of 64 groups took tens of seconds. */
 	if (atomic_load_explicit(&s->epoch, memory_order_relaxed) != s->wk[me].seen_epoch ||
 	    atomic_load_explicit(&s->wk[me].req, memory_order_relaxed) ||
 	    atomic_load_explicit(&s->wk[me].parked, memory_order_relaxed) != parked) {

@@ -322,8 +322,10 @@ def test_echo_server_streams_survive_moves(topo, build_dir):
     assert sum(w["move_conns"] for w in ws) > 0, ws
     # a full hand-over ring drops (counted; TCP repairs it, the digests above prove it);
     # a reset would mean a frame reached a worker its connection had left
-    assert all(w["net"]["tcp_rst_tx"] == 0 for w in ws), \
-        [{k: v for k, v in w["net"].items() if v and k.startswith("tcp")} for w in ws]
+    assert all(w["net"]["tcp_rst_tx"] == 0 for w in ws), " / ".join(
+        str({k: v for k, v in [*w["net"].items(), *w.items()] if k.startswith(("tcp", "move",
+                                                                               "steer"))
+             and isinstance(v, int) and v}) for w in ws)
 
 
 KV_CLIENT = r"""

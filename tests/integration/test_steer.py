@@ -535,16 +535,16 @@ def test_parked_worker_sleeps_at_fifo(topo, build_dir):
         assert fp_ctl(build_dir, "cmd", srv.stats, 4, 0, 0).returncode == 0  # all to worker 0
         wait_for(lambda: "worker 1: -  (0 groups)" in fp_ctl(build_dir, "groups",
                                                              srv.stats).stdout,
-                 "the table applied")
+                 "the table applied", 30)   # a busy box
         r = fp_ctl(build_dir, "park", srv.stats, 1)
         assert r.returncode == 0, r.stderr
-        wait_for(lambda: fifo_threads(pid) == [1], "the parked worker at SCHED_FIFO 1")
+        wait_for(lambda: fifo_threads(pid) == [1], "the parked worker at SCHED_FIFO 1", 30)
         out = client_py(topo, BULK, topo.fp_srv_ip, PORT, 8, 8_000_000)
         assert out.startswith("ok"), out
         assert fifo_threads(pid) == [1]
         r = fp_ctl(build_dir, "unpark", srv.stats, 1)
         assert r.returncode == 0, r.stderr
-        wait_for(lambda: fifo_threads(pid) == [], "back to its own policy once unparked")
+        wait_for(lambda: fifo_threads(pid) == [], "back to its own policy once unparked", 30)
         ws = srv.workers()
     assert ws[1]["parks"] == 1 and ws[1]["parked"] == 0, ws[1]
     assert all(w["net"]["tcp_rst_tx"] == 0 for w in ws)

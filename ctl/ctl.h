@@ -30,6 +30,11 @@ bool ctl_run_alive(const struct fp_rt_stats_hdr *h);
 /* @s without its leading blanks and trailing blanks and CR (cut in place): the policy and
  * power files' lines. */
 char *ctl_trim(char *s);
+/* A policy or power file, whole and NUL-terminated (free it); NULL with errno: the open's,
+ * EFBIG over 1 MiB, EINVAL when it holds a NUL byte (not a text file). */
+char *ctl_read_file(const char *path);
+/* Why ctl_read_file() failed, in words, from its errno. */
+const char *ctl_read_error(int err);
 
 /* ---- the power model (power.c): the files in bench/power/, for fp-ctl watch ---- */
 

@@ -187,8 +187,6 @@ static int cmd_move(const char *name, const char *gs, const char *ws)
 	return 0;
 }
 
-static char *read_file(const char *path);
-
 static double mono_s(void)
 {
 	struct timespec t;
@@ -235,10 +233,11 @@ static int cmd_watch(int argc, char **argv)
 		return 2;
 	}
 	if (power) {
-		char err[160], *text = read_file(power);
+		char err[160], *text = ctl_read_file(power);
 
 		if (!text) {
-			fprintf(stderr, "fp-ctl: watch: --power %s: %s\n", power, strerror(errno));
+			fprintf(stderr, "fp-ctl: watch: --power %s: %s\n", power,
+				ctl_read_error(errno));
 			return 2;
 		}
 		int rc = ctl_power_parse(&pw, text, err, sizeof(err));
@@ -333,33 +332,6 @@ static int cmd_park(const char *name, const char *ws, bool on)
 	return 0;
 }
 
-static char *read_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t len = 0, cap = 0, n;
-
-	if (!f)
-		return NULL;
-	do {
-		if (len + 4096 + 1 > cap) {
-			char *nb = realloc(buf, cap = len + 65536);
-			if (!nb || cap > (1u << 20)) {
-				free(nb ? nb : buf);
-				fclose(f);
-				errno = EFBIG;
-				return NULL;
-			}
-			buf = nb;
-		}
-		n = fread(buf + len, 1, 4096, f);
-		len += n;
-	} while (n);
-	fclose(f);
-	buf[len] = '\0';
-	return buf;
-}
-
 static int cmd_run(int argc, char **argv)
 {
 	struct ctl_run_opts o = { 0 };
@@ -372,10 +344,10 @@ static int cmd_run(int argc, char **argv)
 		bool more = i + 1 < argc;
 
 		if (!strcmp(a, "--policy") && more) {
-			char *text = read_file(argv[++i]);
+			char *text = ctl_read_file(argv[++i]);
 			if (!text) {
 				fprintf(stderr, "fp-ctl: cannot read policy %s: %s\n", argv[i],
-					strerror(errno));
+					ctl_read_error(errno));
 				return 2;
 			}
 			int rc = ctl_policy_parse(text, &o.policy, err, sizeof(err));

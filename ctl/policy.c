@@ -21,6 +21,44 @@ void ctl_policy_default(struct ctl_policy *p)
 	};
 }
 
+char *ctl_read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t len = 0, cap = 0, n;
+
+	if (!f)
+		return NULL;
+	do {
+		if (len + 4096 + 1 > cap) {
+			char *nb = realloc(buf, cap = len + 65536);
+			if (!nb || cap > (1u << 20)) {
+				free(nb ? nb : buf);
+				fclose(f);
+				errno = EFBIG;
+				return NULL;
+			}
+			buf = nb;
+		}
+		n = fread(buf + len, 1, 4096, f);
+		len += n;
+	} while (n);
+	fclose(f);
+	buf[len] = '\0';
+	if (strlen(buf) != len) {
+		free(buf);
+		errno = EINVAL;
+		return NULL;
+	}
+	return buf;
+}
+
+const char *ctl_read_error(int err)
+{
+	return err == EINVAL ? "it holds a NUL byte: not a text file"
+	       : err == EFBIG ? "it is over 1 MiB" : strerror(err);
+}
+
 /* ---- parsing: "key = value" lines ---- */
 
 enum kind { K_UINT, K_DOUBLE, K_EWMA, K_LADDER };

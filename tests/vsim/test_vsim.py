@@ -279,6 +279,18 @@ def test_ctl_bad_arguments_one_line(args, msg):
     assert len(lines) == 1 and lines[0].startswith("fp-vsim: ") and msg in lines[0], p.stderr
 
 
+def test_policy_file_with_a_nul_byte(tmp_path):
+    """fp-vsim and fp-ctl read policy files with the same function (ctl_read_file): a
+    file holding a NUL byte is refused in one line by both, not read short."""
+    f = tmp_path / "nul.policy"
+    f.write_bytes(b"down_hold_ms = 100\n\0interval_ms = 5\n")
+    p = run(*CTL, "--pattern", "slope:1k:2k", "--policy", f)
+    assert p.returncode == 2 and "holds a NUL byte" in p.stderr, p.stderr
+    p = run("run", "nosuchrun", "--policy", f, exe=BUILD / "ctl" / "fp-ctl")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "holds a NUL byte" in lines[0], p.stderr
+
+
 @pytest.mark.parametrize("text,msg", [
     ("ladder = 1@1.2, 8@1.2\n", "rung 2 wants 8 workers, the run has 4"),
     ("ladder = 2@1.2, 1@1.2\n", "line 3: ladder must be"),

@@ -160,22 +160,10 @@ static void parse_cores(struct vs_config *c, const char *v)
 
 static void read_policy(struct vs_config *c, const char *path)
 {
-	char err[300], *text;
-	FILE *f = fopen(path, "r");
-	long len = 0;
+	char err[300], *text = ctl_read_file(path);
 
-	if (!f)
-		die("--policy: cannot read %s: %s", path, strerror(errno));
-	if (fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || len > (1 << 20) ||
-	    fseek(f, 0, SEEK_SET))
-		die("--policy: %s is not a policy file (unreadable, or over 1 MiB)", path);
-	text = malloc((size_t)len + 1);
-	if (!text || fread(text, 1, (size_t)len, f) != (size_t)len)
-		die("--policy: cannot read %s", path);
-	text[len] = '\0';
-	fclose(f);
-	if (strlen(text) != (size_t)len)
-		die("--policy: %s holds a NUL byte: not a policy file", path);
+	if (!text)
+		die("--policy: cannot read %s: %s", path, ctl_read_error(errno));
 	if (ctl_policy_parse(text, &c->policy, err, sizeof(err)))
 		die("--policy %s: %s", path, err);
 	free(text);

@@ -157,6 +157,13 @@ void rt_steer_moves(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct 
  * parked worker is refused with -EHOSTDOWN. */
 int rt_steer_park(struct rt_steer *s, unsigned worker, bool park);
 bool rt_steer_parked(const struct rt_steer *s, unsigned worker);
+/* Lending a parked worker's queue: at the start of each round, hand on what must go and
+ * return the queues @me holds now (bit i: worker i's; its own bit clear while lent). */
+uint64_t rt_steer_hands(struct rt_steer *s, unsigned me, struct fp_rt_worker_stats *st);
+struct fp_devq *rt_steer_queue(const struct rt_steer *s, unsigned worker);
+/* A worker enters (@in) or leaves its loop; leaving with its queue away, it waits until no
+ * worker is left inside theirs, so nobody polls the queue when its stack winds down. */
+void rt_steer_loop(struct rt_steer *s, unsigned me, bool in);
 void rt_steer_worker_exit(struct rt_steer *s, unsigned me, struct fp_stack *stack,
 			  struct fp_pool_cache *c);
 /* Before sleeping: false when frames already wait, a move is asked of @me or its parked

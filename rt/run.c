@@ -82,6 +82,10 @@ const char fp_rt_options_help[] =
 	"                        queue still receives is handed over at once even while\n"
 	"                        its core runs other work; back to normal when unparked\n"
 	"                        (default: off)\n"
+	"  --park-queue MODE     flow groups: a worker parked by fp-ctl lends its device\n"
+	"                        queue to a polling worker, which polls it with its own\n"
+	"                        until the unpark (lend, the default), or keeps polling it\n"
+	"                        itself, waking for every frame (keep)\n"
 	"  --spin-us US          sleep: spin this long before sleeping; adaptive: spin at\n"
 	"                        most this long (default 200)\n"
 	"  --nap-us US           dpdk (no receive interrupt): an idle worker sleeps in naps\n"
@@ -106,7 +110,7 @@ const char fp_rt_options_help[] =
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "batch", "idle",
-	"sched", "burst", "burst-idle-us", "park-prio", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
+	"sched", "burst", "burst-idle-us", "park-prio", "park-queue", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
 };
 
@@ -400,6 +404,13 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 			return -1;
 		cfg->idle = (enum fp_idle)w;
 		cfg->idle_set = true;
+		return 1;
+	}
+	if (!strcmp(opt, "park-queue")) {
+		static const char *const pq[] = { "lend", "keep", NULL };
+		if ((w = opt_word(opt, val, pq, err, errlen)) < 0)
+			return -1;
+		cfg->park_queue = w == 0 ? FP_PARK_QUEUE_LEND : FP_PARK_QUEUE_KEEP;
 		return 1;
 	}
 	if (!strcmp(opt, "kernel-steer")) {
@@ -700,6 +711,11 @@ static int step_config(struct rt_start *s)
 		return rc;
 	if (c->park_prio && (rc = config_park_prio(s)))
 		return rc;
+	if (c->park_queue && (c->transport != FP_TRANSPORT_XDP || c->n_workers < 2 ||
+			      c->steer != FP_STEER_GROUPS || c->sched == FP_SCHED_STEAL))
+		return snprintf(s->err, sizeof(s->err), "--park-queue is for workers that fp-ctl "
+				"parks: the xdp transport, several workers, --steer groups and "
+				"--sched part"), -EINVAL;
 	if (c->n_steer_weights && (c->transport != FP_TRANSPORT_XDP || c->n_workers < 2 ||
 				   c->steer != FP_STEER_GROUPS))
 		return snprintf(s->err, sizeof(s->err), "--steer-weights needs flow groups: the "

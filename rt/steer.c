@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <flowplane/dev.h>
@@ -68,6 +69,7 @@
 #define RT_STEER_MSG   2ul      /* tag on a ring entry: a group arriving (struct rt_move) */
 #define RT_STEER_FENCE 3ul      /* tag on a ring entry: (epoch << 2) | 3, see below */
 #define RT_STEER_TAGS  3ul
+#define RT_STEER_QUEUE (1ull << 63) /* on a fence-tagged entry: a queue handed over, below */
 #define RT_STEER_HOLD  4096     /* frames a worker holds for groups on their way to it */
 #define RT_MOVING      FP_RT_GROUP_MOVING
 #define RT_OWNER_MASK  0x7fffu
@@ -93,7 +95,12 @@ struct rt_steer_wk {
 				       * (group << 16 | to) + 1, 0 for none; cleared once the
 				       * table shows it (rt_steer_park relies on that order) */
 	atomic_uint parked;           /* the control plane parked it: no groups, no polling */
+	atomic_uint holder;           /* the worker that holds (polls) this worker's queue now:
+				       * itself, or the one it was lent to (set by the taker) */
 	/* only the worker touches what follows */
+	uint64_t hands;               /* the queues it holds, bit i for worker i's */
+	bool hands_unsent;            /* a queue it must hand on found the ring full */
+	uint32_t seen_park_gen;       /* the parks and unparks its hands reflect */
 	uint32_t move_req;            /* the move it is doing, as @req; 0: none */
 	struct rt_move *move_msg;     /* built, not yet sent (the ring was full) */
 	uint64_t move_t0;             /* when it switched the table for move_req */
@@ -117,6 +124,9 @@ struct rt_steer {
 	struct rt_steer_wk *wk;
 	uint16_t *shown;              /* the stats header's copy of the table, or NULL */
 	atomic_uint epoch;            /* bumped by each switch of a group (see fences) */
+	atomic_uint park_gen;         /* bumped by each park and unpark (see lending) */
+	atomic_uint looping;          /* workers inside their loop (see rt_steer_loop) */
+	bool lend;                    /* a parked worker's queue is polled by another (default) */
 	uint64_t secret;              /* every stack's (ISNs, SYN cookies): a connection that
 				       * moves, or a cookie's ACK arriving after its group moved,
 				       * must check out on any worker */
@@ -161,8 +171,12 @@ int rt_steer_create(struct rt_run *run, char *err, size_t errlen)
 		if (getrandom(&s->secret, sizeof(s->secret), 0) != (ssize_t)sizeof(s->secret))
 			s->secret = 0;
 	memset(s->wk, 0, n * sizeof(*s->wk));
-	for (unsigned i = 0; i < n; i++)
+	s->lend = cfg->park_queue != FP_PARK_QUEUE_KEEP;
+	for (unsigned i = 0; i < n; i++) {
 		s->wk[i].efd = -1;
+		s->wk[i].hands = 1ull << i;
+		atomic_init(&s->wk[i].holder, i);
+	}
 	/* No weights: group g to worker g % n (ethtool -X equal). Weights (ethtool -X
 	 * weight): contiguous blocks of groups, each worker's in proportion to its weight. */
 	for (unsigned i = 0; i < n; i++)
@@ -229,7 +243,10 @@ void rt_steer_destroy(struct rt_run *run)
 		void *m;
 		while (s->rings[i] && fp_ring_dequeue_burst(s->rings[i], &m, 1)) {
 			struct fp_devq *src = s->wk[i / s->n].q;
-			if ((uintptr_t)m & RT_STEER_MSG) {
+			uintptr_t tag = (uintptr_t)m & RT_STEER_TAGS;
+			if (tag == RT_STEER_FENCE)
+				continue;   /* a fence, or a queue handed over: nothing to free */
+			if (tag == RT_STEER_MSG) {
 				/* a group sent as the run stopped: its connections go with it */
 				move_free((struct rt_move *)((uintptr_t)m & ~RT_STEER_TAGS),
 					  src ? &src->cache : NULL);
@@ -449,6 +466,24 @@ static void arrive(struct rt_steer *s, unsigned me, struct fp_ctx *ctx, struct f
 	move_free(mv, NULL);
 }
 
+/* Worker @j's queue arrives at @me (lent, passed on, or back home): held from now on;
+ * rt_steer_hands decides at once whether it stays. */
+static void q_arrive(struct rt_steer *s, unsigned me, unsigned j,
+		     struct fp_rt_worker_stats *st)
+{
+	struct rt_steer_wk *w = &s->wk[me];
+
+	if (j >= s->n)
+		return;
+	w->hands |= 1ull << j;
+	w->hands_unsent = true;
+	atomic_store_explicit(&s->wk[j].holder, me, memory_order_release);
+	if (j == me)
+		st->q_back++;
+	else
+		st->q_adopted++;
+}
+
 unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_ctx *ctx,
 		       struct fp_stack *stack, struct fp_pool_cache *c, struct fp_mbuf **out,
 		       unsigned max, uint64_t now, struct fp_rt_worker_stats *st)
@@ -483,6 +518,10 @@ unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_ctx *ctx,
 		for (unsigned i = 0; i < n; i++) {
 			uintptr_t tag = (uintptr_t)in[i] & RT_STEER_TAGS;
 			struct fp_mbuf *m = (struct fp_mbuf *)((uintptr_t)in[i] & ~RT_STEER_TAGS);
+			if (tag == RT_STEER_FENCE && ((uintptr_t)in[i] & RT_STEER_QUEUE)) {
+				q_arrive(s, me, (unsigned)(((uintptr_t)in[i] >> 2) & 0xffff), st);
+				continue;
+			}
 			if (tag == RT_STEER_FENCE) {
 				uint32_t fe = (uint32_t)((uintptr_t)in[i] >> 2);
 				if ((int32_t)(fe - w->fence_from[src]) > 0)
@@ -684,6 +723,8 @@ int rt_steer_ask_move(struct rt_steer *s, unsigned g, unsigned to)
 		return -EALREADY;
 	if (atomic_load_explicit(&s->wk[to].parked, memory_order_relaxed))
 		return -EHOSTDOWN;   /* unpark it first */
+	if (atomic_load_explicit(&s->wk[to].holder, memory_order_acquire) != to)
+		return -EBUSY;       /* unparked, its queue still on its way back (lending) */
 	uint32_t zero = 0;
 	if (!atomic_compare_exchange_strong(&s->wk[from].req, &zero, (g << 16 | to) + 1))
 		return -EBUSY;   /* that worker has a move still to start */
@@ -722,13 +763,104 @@ int rt_steer_park(struct rt_steer *s, unsigned worker, bool park)
 				return -ENOTEMPTY;   /* it owns groups, or one is arriving */
 	}
 	atomic_store_explicit(&s->wk[worker].parked, park, memory_order_release);
-	wake(s, 1ull << worker);
+	atomic_fetch_add_explicit(&s->park_gen, 1, memory_order_acq_rel);
+	/* the worker, and whoever holds its queue (to give it back) */
+	wake(s, 1ull << worker |
+		1ull << atomic_load_explicit(&s->wk[worker].holder, memory_order_acquire));
 	return 0;
 }
 
 bool rt_steer_parked(const struct rt_steer *s, unsigned worker)
 {
 	return atomic_load_explicit(&s->wk[worker].parked, memory_order_relaxed);
+}
+
+/*
+ * Lending (--park-queue lend, the default). A NIC whose table IX reprograms sends a parked
+ * core nothing; a veth delivers on whatever queue its sender picked, so frames keep
+ * arriving on the parked worker's queue, and they waited for it to wake (ms, behind
+ * whatever now runs on its core). So a parked worker hands its queue to a polling one,
+ * which polls it with its own as if it were its own (its frames are steered like any
+ * other), and gets it back when unparked. A queue is a token: exactly one worker holds it
+ * at a time, and it travels through the hand-over rings as an entry of its own, after the
+ * frames its last holder took from it and handed to that worker, so a flow of the taker's
+ * groups keeps its order; one of a third worker's may be passed by a frame taken after
+ * the change (TCP puts them back in order). The holder's rule, rt_steer_hands, at the
+ * start of each round: a queue goes home once its owner is unparked; one held by a parked
+ * worker goes to the first worker not parked; the rest stay. A worker whose own queue is
+ * away (lent, or on its way back) runs neither its stack nor its application: both would
+ * use the queue's buffer cache, which its holder uses. Moves to it wait until its queue
+ * is home (-EBUSY).
+ */
+static unsigned q_dest(const struct rt_steer *s, unsigned me, unsigned j)
+{
+	if (!s->lend)
+		return me;
+	if (j != me && !atomic_load_explicit(&s->wk[j].parked, memory_order_relaxed))
+		return j;
+	if (!atomic_load_explicit(&s->wk[me].parked, memory_order_relaxed))
+		return me;
+	for (unsigned k = 0; k < s->n; k++)
+		if (k != me && !atomic_load_explicit(&s->wk[k].parked, memory_order_relaxed))
+			return k;
+	return me;   /* none: cannot be, the last worker polling is never parked */
+}
+
+static bool q_send(struct rt_steer *s, unsigned me, unsigned to, unsigned j)
+{
+	void *p = (void *)(uintptr_t)(RT_STEER_QUEUE | (uint64_t)j << 2 | RT_STEER_FENCE);
+
+	if (fp_ring_sp_enqueue_burst(s->rings[me * s->n + to], &p, 1) != 1)
+		return false;
+	wake(s, 1ull << to);
+	return true;
+}
+
+uint64_t rt_steer_hands(struct rt_steer *s, unsigned me, struct fp_rt_worker_stats *st)
+{
+	struct rt_steer_wk *w = &s->wk[me];
+	uint32_t gen = atomic_load_explicit(&s->park_gen, memory_order_acquire);
+
+	if (gen == w->seen_park_gen && !w->hands_unsent)
+		return w->hands;
+	w->seen_park_gen = gen;
+	w->hands_unsent = false;
+	/* queues going home first: an owner gets its own before any other it is lent */
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint64_t h = w->hands; h; h &= h - 1) {
+			unsigned j = (unsigned)__builtin_ctzll(h), to = q_dest(s, me, j);
+			if (to == me || (to == j) != (pass == 0))
+				continue;
+			if (!q_send(s, me, to, j)) {
+				w->hands_unsent = true;   /* ring full: next round */
+				continue;
+			}
+			w->hands &= ~(1ull << j);
+			if (j == me)
+				st->q_lends++;
+		}
+	}
+	return w->hands;
+}
+
+struct fp_devq *rt_steer_queue(const struct rt_steer *s, unsigned worker)
+{
+	return s->wk[worker].q;
+}
+
+void rt_steer_loop(struct rt_steer *s, unsigned me, bool in)
+{
+	struct timespec t = { 0, 50 * 1000 };
+
+	if (in) {
+		atomic_fetch_add_explicit(&s->looping, 1, memory_order_acq_rel);
+		return;
+	}
+	atomic_fetch_sub_explicit(&s->looping, 1, memory_order_acq_rel);
+	/* Our queue is away: whoever holds it, or is about to take it from a ring, polls it
+	 * only from inside its loop, which the stop ends (one entering it now runs no round). */
+	while (!(s->wk[me].hands >> me & 1) && atomic_load_explicit(&s->looping, memory_order_acquire))
+		nanosleep(&t, NULL);
 }
 
 void rt_steer_worker_exit(struct rt_steer *s, unsigned me, struct fp_stack *stack,
@@ -764,9 +896,12 @@ bool rt_steer_sleep_prepare(struct rt_steer *s, unsigned me, bool parked)
 	 * emptying an idle worker of 64 groups took tens of seconds. */
 	if (atomic_load_explicit(&s->epoch, memory_order_relaxed) != s->wk[me].seen_epoch ||
 	    atomic_load_explicit(&s->wk[me].req, memory_order_relaxed) ||
-	    atomic_load_explicit(&s->wk[me].parked, memory_order_relaxed) != parked) {
+	    atomic_load_explicit(&s->wk[me].parked, memory_order_relaxed) != parked ||
+	    atomic_load_explicit(&s->park_gen, memory_order_relaxed) != s->wk[me].seen_park_gen ||
+	    s->wk[me].hands_unsent) {
 		atomic_store_explicit(&s->wk[me].sleeping, 0, memory_order_relaxed);
-		return false;   /* a fence to put in our rings first, a move to start, a park */
+		return false;   /* a fence to put in our rings first, a move to start, a park,
+				 * a queue to hand on */
 	}
 	for (unsigned src = 0; src < s->n; src++) {
 		if (src != me && fp_ring_count(s->rings[src * s->n + me])) {

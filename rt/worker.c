@@ -54,6 +54,10 @@ struct rt_wk {
 	struct fp_stack *st;
 	struct rt_run *run;
 	struct rt_steer *steer;           /* flow groups in software; NULL: none */
+	uint64_t hands;                   /* the queues it polls (steer.c, lending): bit i for
+					   * worker i's; its own bit clear while its queue is lent */
+	struct fp_pool_cache lent_cache;  /* frees while lent: q->cache is the holder's then */
+	bool lent_cache_on;
 	unsigned batch;
 	double rx_drop, rx_reorder;
 	uint64_t rng;                     /* splitmix64 state for rx_drop and rx_reorder */
@@ -79,6 +83,25 @@ struct rt_wk {
 };
 
 static struct rt_wk *wk_of(struct fp_ctx *ctx) { return ctx->tp; }
+
+/* Its own queue is here to poll (always, but while lent: steer.c, "Lending"). */
+static bool rt_home(const struct rt_wk *w)
+{
+	return w->hands >> w->ctx.worker & 1;
+}
+
+/* Hand on the queues that must go (parks, unparks) and note what it holds now. */
+static void rt_hands(struct rt_wk *w)
+{
+	w->hands = rt_steer_hands(w->steer, w->ctx.worker, w->ctx.stats);
+	w->ctx.stats->q_lent = !rt_home(w);
+}
+
+/* Other workers' queues it polls (lent to it), as a mask. */
+static uint64_t rt_adopted(const struct rt_wk *w)
+{
+	return w->hands & ~(1ull << w->ctx.worker);
+}
 
 /* ---- calls: api.h onto net.h ---- */
 
@@ -257,7 +280,6 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 {
 	struct fp_rt_worker_stats *s = w->ctx.stats;
 	unsigned n = w->q->ops->rx_burst(w->q, w->rx, w->batch);
-
 	unsigned taken = 0;
 
 	*got = n > 0;
@@ -282,6 +304,20 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 				   w->batch, now, s))) {
 		*got = true;
 		fp_stack_input(w->st, w->rx, taken, now);
+	}
+	/* Queues of parked workers, lent to us: polled as ours, after what their last
+	 * holder handed us from them (taken above). */
+	for (uint64_t a = rt_adopted(w); a; a &= a - 1) {
+		struct fp_devq *q = rt_steer_queue(w->steer, (unsigned)__builtin_ctzll(a));
+		unsigned k = q->ops->rx_burst(q, w->rx, w->batch);
+		if (!k)
+			continue;
+		*got = true;
+		s->adopt_rx += k;
+		if ((k = rt_steer_rx(w->steer, w->ctx.worker, &w->q->cache, w->rx, k, s))) {
+			fp_stack_input(w->st, w->rx, k, now);
+			taken += k;
+		}
 	}
 	return n + taken;
 }
@@ -335,6 +371,8 @@ static void rt_publish(struct rt_wk *w, uint64_t now)
 	memcpy(s->net, &ns, sizeof(ns));
 	s->tcp_conns = fp_stack_tcp_conns(w->st);
 	s->pool_in_use = fp_pool_in_use(w->q->pool);
+	if (!rt_home(w))
+		goto device_away;   /* its holder writes the queue's counters: read when back */
 	memset(&ds, 0, sizeof(ds));
 	w->q->ops->stats(w->q, &ds);
 	s->rx_frames = ds.rx_frames;
@@ -344,6 +382,7 @@ static void rt_publish(struct rt_wk *w, uint64_t now)
 	s->drops[FP_RT_DROP_dev_rx_dropped] = ds.rx_dropped;
 	s->drops[FP_RT_DROP_dev_fill_empty] = ds.rx_fill_empty;
 	s->drops[FP_RT_DROP_dev_invalid] = ds.invalid_descs;
+device_away:
 	s->slept_ns = fp_cycles_to_ns(w->slept_cycles);
 	if (w->parked_since_us) {   /* the time parked so far shows while it lasts */
 		s->parked_ns += (now - w->parked_since_us) * 1000;
@@ -380,23 +419,31 @@ static void rt_sleep_fd(struct rt_wk *w, uint64_t now, int extra_fd)
 {
 	uint64_t next = fp_stack_next_us(w->st), app = rt_ctx_next_us(&w->ctx);
 	uint64_t timeout_us = (uint64_t)RT_SLEEP_MAX_MS * 1000, t0;
+	bool home = !w->steer || rt_home(w);
+	struct pollfd p[4 + FP_RT_MAX_WORKERS];
+	unsigned np = 4;
 	int fd;
 
 	if (app < next)
 		next = app;
-	if (next <= now)
-		return;
-	if (next - now < timeout_us)
-		timeout_us = next - now;
-	if ((fd = w->q->ops->wait_fd(w->q)) < 0) {
-		/* A device that cannot wake us (DPDK: no receive interrupt): a nap, then the
-		 * loop polls it again. What arrives meanwhile waits for the nap's end. */
-		if (!w->run->cfg->nap_us)
+	if (!home) {
+		fd = -1;   /* lent: its queue, stack and timers are not its own to look at */
+	} else {
+		if (next <= now)
 			return;
-		if (timeout_us > w->run->cfg->nap_us)
-			timeout_us = w->run->cfg->nap_us;
-	} else if (w->q->ops->rx_ready(w->q)) {
-		return;
+		if (next - now < timeout_us)
+			timeout_us = next - now;
+		if ((fd = w->q->ops->wait_fd(w->q)) < 0) {
+			/* A device that cannot wake us (DPDK: no receive interrupt): a nap,
+			 * then the loop polls it again. What arrives meanwhile waits for the
+			 * nap's end. */
+			if (!w->run->cfg->nap_us)
+				return;
+			if (timeout_us > w->run->cfg->nap_us)
+				timeout_us = w->run->cfg->nap_us;
+		} else if (w->q->ops->rx_ready(w->q)) {
+			return;
+		}
 	}
 	if (rt_ctx_stopping(&w->ctx))
 		return;
@@ -409,15 +456,24 @@ static void rt_sleep_fd(struct rt_wk *w, uint64_t now, int extra_fd)
 		rt_steer_sleep_done(w->steer, w->ctx.worker);
 		return;   /* a thief brought work back: run it */
 	}
-	struct pollfd p[4] = { { .fd = fd, .events = POLLIN },   /* poll() skips an fd of -1 */
-			       { .fd = w->run->wake_fd, .events = POLLIN },
-			       { .fd = w->steer ? rt_steer_wake_fd(w->steer, w->ctx.worker) : -1,
-				 .events = POLLIN },
-			       { .fd = extra_fd, .events = POLLIN } };
+	p[0] = (struct pollfd){ .fd = fd, .events = POLLIN };   /* poll() skips an fd of -1 */
+	p[1] = (struct pollfd){ .fd = w->run->wake_fd, .events = POLLIN };
+	p[2] = (struct pollfd){ .fd = w->steer ? rt_steer_wake_fd(w->steer, w->ctx.worker) : -1,
+				.events = POLLIN };
+	p[3] = (struct pollfd){ .fd = extra_fd, .events = POLLIN };
+	/* queues lent to us: their frames wake us as our own do (armed before the check) */
+	for (uint64_t a = w->steer ? rt_adopted(w) : 0; a; a &= a - 1) {
+		struct fp_devq *q = rt_steer_queue(w->steer, (unsigned)__builtin_ctzll(a));
+		p[np++] = (struct pollfd){ .fd = q->ops->wait_fd(q), .events = POLLIN };
+		if (q->ops->rx_ready(q)) {
+			rt_steer_sleep_done(w->steer, w->ctx.worker);
+			return;
+		}
+	}
 	struct timespec ts = { .tv_sec = (time_t)(timeout_us / 1000000),
 			       .tv_nsec = (long)(timeout_us % 1000000) * 1000 };
 	t0 = fp_rdtsc();
-	ppoll(p, 4, &ts, NULL);
+	ppoll(p, np, &ts, NULL);
 	t0 = fp_rdtsc() - t0;
 	if (w->steer)
 		rt_steer_sleep_done(w->steer, w->ctx.worker);
@@ -608,6 +664,34 @@ static void rt_burst(struct rt_wk *w, uint64_t now, bool busy)
 
 /* ---- the loop ---- */
 
+/*
+ * A round while its own queue is lent (parked), or on its way back: the queue and its
+ * buffer cache are its holder's, and so, through the cache, are its stack and its
+ * application, which it does not run. It still fences its rings for moves elsewhere
+ * (rt_steer_take) and hands on the queues that reach it. Nothing else comes: it owns no
+ * group, and none may move to it until its queue is home; a frame that did anyway is
+ * dropped, counted, into a cache of its own.
+ */
+static bool rt_round_lent(struct rt_wk *w, uint64_t now, unsigned *batch)
+{
+	struct fp_rt_worker_stats *s = w->ctx.stats;
+	unsigned n;
+
+	*batch = 0;
+	if (!w->lent_cache_on) {
+		if (fp_pool_cache_init(&w->lent_cache, w->q->pool))
+			return false;   /* no cache to spare: nothing taken (it stays lent) */
+		w->lent_cache_on = true;
+	}
+	n = rt_steer_take(w->steer, w->ctx.worker, &w->ctx, NULL, &w->lent_cache, w->rx,
+			  w->batch, now, s);
+	for (unsigned i = 0; i < n; i++)
+		fp_mbuf_free(&w->lent_cache, w->rx[i]);
+	s->steer_drop += n;
+	rt_hands(w);
+	return n > 0 || rt_home(w);
+}
+
 /* One round; true when it did any work. *@batch: frames given to the stack. */
 static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 {
@@ -615,6 +699,8 @@ static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 	bool got, settled;
 	unsigned rounds, fired, sent, freed;
 
+	if (w->steer && !rt_home(w))
+		return rt_round_lent(w, now, batch);
 	ctx->now_us = now;
 	*batch = rt_rx(w, now, &got);
 	rounds = rt_app_pass(w, &settled);
@@ -628,6 +714,13 @@ static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 		rt_steer_moves(w->steer, ctx->worker, ctx, w->st, ctx->stats);
 	sent = rt_tx(w);
 	freed = w->q->ops->reclaim(w->q);
+	for (uint64_t a = rt_adopted(w); a; a &= a - 1) {
+		struct fp_devq *q = rt_steer_queue(w->steer, (unsigned)__builtin_ctzll(a));
+		freed += q->ops->reclaim(q);   /* its last holder's frames still completing */
+	}
+	/* Parks and unparks: hand on the queues that must go, before anyone sleeps. */
+	if (w->steer)
+		rt_hands(w);
 	/* Frames the device refused keep the loop busy, retrying, where a sleep could not
 	 * hear the device make room (AF_XDP's fill of its tx ring wakes nobody). A device that
 	 * naps (DPDK) retries after each nap instead: a memif with no peer yet refuses the
@@ -757,6 +850,7 @@ static struct rt_wk *rt_wk_new(struct rt_run *run, unsigned worker, struct fp_de
 		return NULL;
 	w->run = run;
 	w->steer = run->steer;
+	w->hands = 1ull << worker;
 	w->q = q;
 	w->batch = cfg->batch;
 	w->rx_drop = cfg->rx_drop;
@@ -800,8 +894,12 @@ static int rt_app_run(struct rt_wk *w)
 	atomic_fetch_add(&w->run->n_ready, 1);
 	rt_start_barrier(w->run);
 	rt_steal_enter(w->run);
+	if (w->steer)
+		rt_steer_loop(w->steer, w->ctx.worker, true);
 	rt_loop(w);
 	rt_run_wake(w->run);  /* the stop may be ours: tell sleeping workers and main */
+	if (w->steer)   /* its queue away: until nobody can poll it */
+		rt_steer_loop(w->steer, w->ctx.worker, false);
 	rt_steal_leave(w->run);
 	if (app->fini)
 		app->fini(&w->ctx);
@@ -845,6 +943,8 @@ static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q
 		fp_mbuf_free(&q->cache, w->held);
 	for (unsigned i = 0; i < w->n_tx; i++)
 		fp_mbuf_free(&q->cache, w->tx[i]);
+	if (w->lent_cache_on)
+		fp_pool_cache_flush(&w->lent_cache);
 	q->ops->reclaim(q);
 	rt_ctx_fini(&w->ctx);
 	free(w);

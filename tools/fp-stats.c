@@ -436,6 +436,12 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 		json_array("realloc_hist_us", w->realloc_hist, FP_RT_REALLOC_BUCKETS);
 		putchar('}');
 	}
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, adopt_rx) + sizeof(w->adopt_rx))
+		printf(",\"q_lent\":%llu,\"q_lends\":%llu,\"q_back\":%llu,\"q_adopted\":%llu,"
+		       "\"adopt_rx\":%llu",
+		       (unsigned long long)w->q_lent, (unsigned long long)w->q_lends,
+		       (unsigned long long)w->q_back, (unsigned long long)w->q_adopted,
+		       (unsigned long long)w->adopt_rx);
 	putchar('}');
 }
 

@@ -55,6 +55,9 @@ enum fp_sched { FP_SCHED_PART = 0, FP_SCHED_STEAL };
  * FP_RSS_GROUPS groups to workers; a frame arriving on another worker's queue is handed
  * over, rt/steer.c), or the worker whose queue it arrived on (the sender decides). */
 enum fp_steer { FP_STEER_GROUPS = 0, FP_STEER_QUEUE };
+/* --park-queue: a parked worker's device queue is polled by another worker (lend, the
+ * default: nothing waits for the parked one) or still by itself (keep) */
+enum fp_park_queue { FP_PARK_QUEUE_DEFAULT = 0, FP_PARK_QUEUE_LEND, FP_PARK_QUEUE_KEEP };
 
 #define FP_RT_MAX_WORKERS   64
 #define FP_RT_DEFAULT_BATCH 64
@@ -106,6 +109,7 @@ struct fp_rt_config {
 					  * policy when unparked, so the frames its queue still
 					  * receives are handed over at once even when its core
 					  * runs something else; 0: off (the default) */
+	enum fp_park_queue park_queue;   /* who polls a parked worker's queue (above) */
 	double rx_drop;                  /* fault injection: drop this fraction of received
 					  * frames before the stack (counted) */
 	double rx_reorder;               /* fault injection: hold this fraction of received

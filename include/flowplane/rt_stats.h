@@ -203,6 +203,11 @@ struct fp_rt_worker_stats {
 	uint64_t burst_parked, burst_took, burst_grants, burst_parks, burst_revoked;
 	uint64_t realloc_ns, realloc_ns_max;
 	uint64_t realloc_hist[FP_RT_REALLOC_BUCKETS];
+
+	/* --park-queue lend (rt/steer.c, "Lending"): 1 while this worker's own queue is
+	 * polled by another (lent, or on its way back); times it lent it and got it back;
+	 * other workers' queues it took to poll, and the frames it received from them */
+	uint64_t q_lent, q_lends, q_back, q_adopted, adopt_rx;
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

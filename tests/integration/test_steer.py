@@ -168,6 +168,12 @@ def test_bad_weights_one_line(topo, build_dir):
     lines = r.stderr.strip().splitlines()
     assert r.returncode != 0 and len(lines) == 1 and "--park-prio is for workers" in lines[0], \
         lines
+    r = topo.sh(topo.srv_ns, exe, "server", "--if", topo.srv_if, "--ip",
+                f"{topo.fp_srv_ip}/24", "--workers", "1", "--park-queue", "keep", "--stats",
+                "none", check=False)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and "--park-queue is for workers" in lines[0], \
+        lines
 
 
 # ---- flow-group migration (fp-ctl move) ----
@@ -498,14 +504,62 @@ def test_park_gives_the_core_back(topo, build_dir):
         assert r.returncode == 1 and "parked: unpark it first" in r.stderr, r.stderr
         out = client_py(topo, BULK, topo.fp_srv_ip, PORT, 16, 16_000_000)
         assert out.startswith("ok"), out
+        # asleep (it wakes at least once a second, and counts it then)
+        wait_for(lambda: worker_stat(srv, 1, "sleeps") > 0, "worker 1 slept", 30)
         ws = srv.workers()
-        assert ws[1]["sleeps"] > 0 and ws[1]["parks"] == 1, ws[1]
+        assert ws[1]["parks"] == 1, ws[1]
         assert ws[0]["sleeps"] == 0, ws[0]                 # still polling
-        assert ws[1]["steer_out"] > 0 or ws[1]["rx_frames"] == 0, ws[1]
+        # its queue is lent to worker 0, which polls it (16 sockets all on queue 0: 2^-16)
+        assert ws[1]["q_lent"] == 1 and ws[0]["q_adopted"] == 1, (ws[0], ws[1])
+        assert ws[0]["adopt_rx"] > 0, ws[0]
         assert fp_ctl(build_dir, "unpark", srv.stats, 1).returncode == 0
         wait_for(lambda: worker_stat(srv, 1, "parked") == 0, "worker 1 unparked")
         assert fp_ctl(build_dir, "move", srv.stats, 3, 1).returncode == 0
         assert worker_stat(srv, 1, "parked_ns") > 0
+
+
+def test_parked_worker_lends_its_queue(topo, build_dir):
+    """A parked worker's queue is polled by the worker still polling (--park-queue lend,
+    the default): Linux streams whose frames land on that queue arrive whole while the
+    parked one sleeps through them (it runs a handful of rounds, not one per burst as
+    with --park-queue keep); unparked, it gets its queue back, and a group moved to it
+    is served from there. No reset anywhere."""
+    def rounds_while_streaming(srv):
+        before = srv.workers()
+        out = client_py(topo, BULK, topo.fp_srv_ip, PORT, 16, 16_000_000)
+        assert out.startswith("ok"), out
+        after = srv.workers()
+        return after, after[1]["iterations"] - before[1]["iterations"]
+
+    for how in ("lend", "keep"):
+        with Server(topo, build_dir, "--park-queue", how, stats=f"pq{how}") as srv:
+            assert fp_ctl(build_dir, "cmd", srv.stats, 4, 0, 0).returncode == 0
+            wait_for(lambda: "worker 1: -  (0 groups)" in fp_ctl(build_dir, "groups",
+                                                                 srv.stats).stdout,
+                     "the table applied", 30)
+            r = fp_ctl(build_dir, "park", srv.stats, 1)
+            assert r.returncode == 0, r.stderr
+            wait_for(lambda: worker_stat(srv, 1, "parked") == 1, "worker 1 parked", 30)
+            if how == "keep":
+                ws, rounds = rounds_while_streaming(srv)
+                assert ws[1]["q_lent"] == 0 and ws[0]["q_adopted"] == 0, (ws[0], ws[1])
+                assert rounds > 100, rounds   # it woke for what its queue received
+                continue
+            wait_for(lambda: worker_stat(srv, 0, "q_adopted") == 1, "worker 0 holds queue 1",
+                     30)
+            wait_for(lambda: worker_stat(srv, 1, "q_lent") == 1, "worker 1 says it lent it",
+                     30)   # it publishes when it wakes: at least every second
+            ws, rounds = rounds_while_streaming(srv)
+            assert ws[1]["q_lends"] == 1, ws[1]
+            assert ws[0]["adopt_rx"] > 0, ws[0]   # 16 sockets all on queue 0: 2^-16
+            assert rounds * 10 < ws[0]["adopt_rx"], (rounds, ws[0]["adopt_rx"])
+            assert fp_ctl(build_dir, "unpark", srv.stats, 1).returncode == 0
+            wait_for(lambda: worker_stat(srv, 1, "q_back") == 1, "queue 1 home", 30)
+            assert worker_stat(srv, 1, "q_lent") == 0
+            r = fp_ctl(build_dir, "move", srv.stats, 3, 1)
+            assert r.returncode == 0, r.stderr
+            ws, _ = rounds_while_streaming(srv)
+        assert all(w["net"]["tcp_rst_tx"] == 0 for w in ws), ws
 
 
 def ctl_log(path):

@@ -1330,13 +1330,69 @@ static void test_steer_sleep_sees_requests(void **state)
 	s = run.steer;
 	assert_int_equal(rt_steer_park(s, 1, true), 0);
 	assert_false(rt_steer_sleep_prepare(s, 1, false));  /* parked since it looked */
+	assert_false(rt_steer_sleep_prepare(s, 1, true));   /* its queue to lend first */
+	struct fp_rt_worker_stats st = { 0 };
+	assert_int_equal(rt_steer_hands(s, 1, &st), 0);     /* lent */
 	assert_true(rt_steer_sleep_prepare(s, 1, true));
 	rt_steer_sleep_done(s, 1);
 	assert_int_equal(rt_steer_park(s, 1, false), 0);
 	assert_false(rt_steer_sleep_prepare(s, 1, true));   /* unparked since: back to work */
-	assert_true(rt_steer_sleep_prepare(s, 1, false));
-	rt_steer_sleep_done(s, 1);
+	rt_steer_hands(s, 1, &st);
+	assert_false(rt_steer_sleep_prepare(s, 0, false));  /* a queue in its ring for 0 */
 	rt_steer_destroy(&run);
+}
+
+/* Lending (steer.c): a parked worker's queue goes to a polling worker, on to another when
+ * that one parks too, and home at the unpark; no move reaches a worker whose queue is away. */
+static void test_steer_lends_parked_queue(void **state)
+{
+	struct fp_rt_config cfg = { .n_workers = 3, .steer_weights = { 0, 1, 0 },
+				    .n_steer_weights = 3 };   /* every group on worker 1 */
+	struct rt_run run = { .cfg = &cfg };
+	struct fp_rt_worker_stats st[3];
+	struct fp_mbuf *out[8];
+	char err[128];
+
+	(void)state;
+	memset(st, 0, sizeof(st));
+	assert_int_equal(rt_steer_create(&run, err, sizeof(err)), 0);
+	struct rt_steer *s = run.steer;
+#define HANDS(i) rt_steer_hands(s, (i), &st[i])
+#define TAKE(i) assert_int_equal(rt_steer_take(s, (i), NULL, NULL, NULL, out, 8, 0, &st[i]), 0)
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(HANDS(i), 1u << i);          /* each polls its own */
+
+	assert_int_equal(rt_steer_park(s, 2, true), 0);
+	assert_int_equal(HANDS(2), 0);                      /* lent to the first polling: 0 */
+	assert_int_equal(st[2].q_lends, 1);
+	assert_int_equal(rt_steer_park(s, 0, true), 0);     /* 0 parks before it took it */
+	TAKE(0);
+	assert_int_equal(st[0].q_adopted, 1);
+	assert_int_equal(HANDS(0), 0);                      /* both on to 1, the one polling */
+	TAKE(1);
+	assert_int_equal(HANDS(1), 7);
+	assert_int_equal(st[1].q_adopted, 2);
+
+	assert_int_equal(rt_steer_ask_move(s, 3, 2), -EHOSTDOWN);
+	assert_int_equal(rt_steer_park(s, 2, false), 0);
+	assert_int_equal(rt_steer_ask_move(s, 3, 2), -EBUSY);   /* its queue is not home */
+	assert_int_equal(HANDS(1), 3);                      /* 2's goes home, 0's stays */
+	assert_int_equal(HANDS(2), 0);                      /* not yet taken */
+	TAKE(2);
+	assert_int_equal(st[2].q_back, 1);
+	assert_int_equal(HANDS(2), 4);
+	assert_int_equal(rt_steer_ask_move(s, 3, 2), 0);
+	rt_steer_destroy(&run);
+
+	/* --park-queue keep: a parked worker polls its own queue */
+	cfg.park_queue = FP_PARK_QUEUE_KEEP;
+	assert_int_equal(rt_steer_create(&run, err, sizeof(err)), 0);
+	s = run.steer;
+	assert_int_equal(rt_steer_park(s, 2, true), 0);
+	assert_int_equal(HANDS(2), 4);
+	rt_steer_destroy(&run);
+#undef HANDS
+#undef TAKE
 }
 
 int main(void)
@@ -1344,6 +1400,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ctl_metrics),
 		cmocka_unit_test(test_steer_sleep_sees_requests),
+		cmocka_unit_test(test_steer_lends_parked_queue),
 		cmocka_unit_test(test_options_good),
 		cmocka_unit_test(test_options_bad),
 		cmocka_unit_test(test_options_help),

@@ -16,10 +16,13 @@ point a second. The configurations (--confs; default the first three), interleav
   dynamic   starts as static1; fp-ctl run decides (its default policy unless --policy:
             add a worker above 300 us of queueing delay, remove one above idle 1/n + 0.1,
             10 Hz)
-  static1-fifo, dynamic-fifo
-            the same with the server's --park-prio 1: a parked worker sleeps at
-            SCHED_FIFO 1, so the frames its queue still receives are handed over ahead
-            of the generator polling on its core
+  A parked worker lends its queue to the polling one (the server's default --park-queue
+  lend: nothing waits for the parked worker). Suffixes, which combine:
+  -keep     the server's --park-queue keep: the parked worker polls its own queue,
+            waking for whatever it receives, which it hands over
+  -fifo     the server's --park-prio 1: a parked worker sleeps at SCHED_FIFO 1, so
+            what it still does runs ahead of the generator polling on its core
+            (e.g. static1-keep-fifo)
 
 Per run: every window's offered and achieved rate, p50/p99, validity (fp-loadgen's checks:
 achieved >= 99% of offered, client slip, timeouts); the server's CPU (utime + stime over the
@@ -143,10 +146,11 @@ def load_args(a):
 
 def one(topo, build, conf, a, out, tag):
     name = f"cs{os.getpid() % 10000}"
-    label, fifo = conf, conf.endswith("-fifo")
-    conf = conf.removesuffix("-fifo")
+    label, *flags = conf.split("-")
+    label, conf = conf, label
     extra = ["--steer-weights", "1,0"] if conf in ("static1", "dynamic") else []
-    extra += ["--park-prio", "1"] if fifo else []
+    extra += ["--park-prio", "1"] if "fifo" in flags else []
+    extra += ["--park-queue", "keep"] if "keep" in flags else []
     srv = topo.popen(topo.srv_ns, server_cmd(topo, build, a, name, extra))
     ctlp, t_ctl = None, 0.0
     batch = out / f"{tag}.batch.txt"

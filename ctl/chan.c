@@ -78,7 +78,8 @@ const char *ctl_refusal(uint32_t op, int r)
 	case -EBUSY:
 		return park ? "a move to that worker is still to start, or it is the last worker "
 			      "polling"
-			    : "that group, or its owner, is busy with a move: try again";
+			    : "that group or its owner is busy with a move, or the worker was just "
+			      "unparked and its queue is not back yet: try again";
 	case -EALREADY:
 		return op == FP_RT_CMD_PARK ? "the worker is parked already"
 		       : op == FP_RT_CMD_UNPARK ? "the worker is not parked"

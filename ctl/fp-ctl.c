@@ -43,7 +43,8 @@ static void usage(FILE *f)
 		   "       fp-ctl cmd NAME OP ARG0 ARG1\n"
 		   "Commands to a running flowplane whose stats segment is NAME (--stats NAME).\n"
 		   "  groups   the flow-group table: for each worker, the groups it owns;\n"
-		   "           a group on its way to a worker is marked '>'; parked workers say so\n"
+		   "           a group on its way to a worker is marked '>'; parked workers say so,\n"
+		   "           and whether their queue is lent (--park-queue)\n"
 		   "  move     move flow group GROUP (0..127) to worker WORKER; waits until it\n"
 		   "           has arrived and prints how long that took (xdp, several workers,\n"
 		   "           an application whose flows may change worker: fp-echo server, spin\n"
@@ -114,8 +115,11 @@ static int cmd_groups(const char *name)
 			printf(" %s%u", e & FP_RT_GROUP_MOVING ? ">" : "", g);
 			n++;
 		}
-		printf("%s  (%u groups)%s\n", n ? "" : " -", n,
-		       fp_rt_stats_worker(h, w)->parked ? " parked" : "");
+		const struct fp_rt_worker_stats *r = fp_rt_stats_worker(h, w);
+		bool lent = h->worker_size >= offsetof(struct fp_rt_worker_stats, q_lent) +
+						 sizeof(r->q_lent) && r->q_lent;
+		printf("%s  (%u groups)%s%s\n", n ? "" : " -", n, r->parked ? " parked" : "",
+		       lent ? ", its queue polled by another worker" : "");
 	}
 	return 0;
 }

@@ -322,6 +322,8 @@ struct fp_xdp *fp_xdp_open(const struct fp_xdp_config *cfg, char *err, size_t er
 	x->attach_flags = x->cfg.mode == FP_XDP_SKB ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
 	if ((ret = if_info(x, err, errlen)))
 		goto fail;
+	if (cfg->check_queues && (ret = cfg->check_queues(cfg->check_arg, x->n_queues, err, errlen)))
+		goto fail;
 	/* UMEM pages are charged to RLIMIT_MEMLOCK unless we hold CAP_IPC_LOCK; best effort */
 	setrlimit(RLIMIT_MEMLOCK, &unlimited);
 	libbpf_set_print(libbpf_log);

@@ -114,6 +114,8 @@ unsigned rt_ctx_round_plain(struct fp_ctx *ctx);
  * a frame's group (0..FP_RSS_GROUPS-1) by the symmetric Toeplitz hash of its 4-tuple,
  * RT_STEER_ARP, or RT_STEER_HERE (the worker that received it handles it: not IPv4
  * TCP/UDP, a fragment, a VLAN, too short to say). */
+#define RT_QUEUES_MAX 32     /* device queues one worker polls: its own and spare ones */
+#define RT_IF_QUEUES_MAX 256 /* queues of the interface a run polls, all told */
 #define RT_STEER_HERE (-1)
 #define RT_STEER_ARP  (-2)
 struct fp_rss;
@@ -129,7 +131,8 @@ void rt_steer_destroy(struct rt_run *run);
 const uint16_t *rt_steer_table(const struct rt_steer *s);
 /* The secret every stack of the run shares (ISNs, SYN cookies). */
 uint64_t rt_steer_secret(const struct rt_steer *s);
-/* @q is @worker's: rt_steer_destroy closes it, once no other stack can hold its buffers. */
+/* @q is @worker's (its own first, then spare queues it polls too, at most RT_QUEUES_MAX in
+ * all): rt_steer_destroy closes them, once no other stack can hold their buffers. */
 void rt_steer_own(struct rt_steer *s, unsigned worker, struct fp_devq *q);
 int rt_steer_wake_fd(const struct rt_steer *s, unsigned worker);
 /* A worker's counters as it stops (its record may be private); summed for the end line:
@@ -160,7 +163,8 @@ bool rt_steer_parked(const struct rt_steer *s, unsigned worker);
 /* Lending a parked worker's queue: at the start of each round, hand on what must go and
  * return the queues @me holds now (bit i: worker i's; its own bit clear while lent). */
 uint64_t rt_steer_hands(struct rt_steer *s, unsigned me, struct fp_rt_worker_stats *st);
-struct fp_devq *rt_steer_queue(const struct rt_steer *s, unsigned worker);
+/* @worker's queues: its own first, then the spare ones it polls too (rt_steer_own). */
+unsigned rt_steer_queues(const struct rt_steer *s, unsigned worker, struct fp_devq *const **qs);
 /* A worker enters (@in) or leaves its loop; leaving with its queue away, it waits until no
  * worker is left inside theirs, so nobody polls the queue when its stack winds down. */
 void rt_steer_loop(struct rt_steer *s, unsigned me, bool in);

@@ -929,25 +929,42 @@ static void step_signals_down(struct rt_start *s)
 	pthread_sigmask(SIG_SETMASK, &s->old_mask, NULL);
 }
 
+/* Before the program is attached: the interface has a queue for every worker, and few
+ * enough beyond them to poll them too, spread over the workers (with flow groups a frame
+ * finds its worker from any queue, and one worker has no other; otherwise their frames
+ * would go to the kernel, which does not own the address). */
+static int xdp_check_queues(void *arg, unsigned nq, char *err, size_t errlen)
+{
+	const struct fp_rt_config *c = arg;
+	unsigned n = c->n_workers, spare = nq > n ? nq - n : 0;
+
+	if (c->queue_base + n > nq)
+		return snprintf(err, errlen, "%s has %u queues; --queue-base %u with %u workers "
+				"needs %u (ethtool -L %s combined N)", c->ifname, nq, c->queue_base,
+				n, c->queue_base + n, c->ifname), -ERANGE;
+	if (spare && n > 1 && c->steer != FP_STEER_GROUPS)
+		return snprintf(err, errlen, "%s has %u queues and --steer queue has %u workers: "
+				"frames on the other %u would reach no worker; use --workers %u, "
+				"--steer groups, or ethtool -L %s combined %u", c->ifname, nq, n,
+				spare, nq, c->ifname, n), -EINVAL;
+	if (nq > RT_IF_QUEUES_MAX || (spare + n - 1) / n + 1 > RT_QUEUES_MAX)
+		return snprintf(err, errlen, "%s has %u queues: %u workers can poll at most %u "
+				"(ethtool -L %s combined N, or more workers)", c->ifname, nq, n,
+				n * RT_QUEUES_MAX < RT_IF_QUEUES_MAX ? n * RT_QUEUES_MAX
+								     : RT_IF_QUEUES_MAX,
+				c->ifname), -EINVAL;
+	return 0;
+}
+
 /* Step "xdp": attach the program once; each worker opens its own queue on its thread. */
 static int step_xdp(struct rt_start *s)
 {
 	if (s->cfg.transport != FP_TRANSPORT_XDP)
 		return 0;
+	s->cfg.xdp.check_queues = xdp_check_queues;
+	s->cfg.xdp.check_arg = &s->cfg;
 	s->xdp = fp_xdp_open(&s->cfg.xdp, s->err, sizeof(s->err));
-	if (!s->xdp)
-		return errno ? -errno : -EIO;
-	unsigned nq = fp_xdp_queues(s->xdp);
-	if (s->cfg.queue_base + s->cfg.n_workers > nq) {
-		snprintf(s->err, sizeof(s->err), "%s has %u queues; --queue-base %u with %u "
-			 "workers needs %u (ethtool -L %s combined N)", s->cfg.ifname, nq,
-			 s->cfg.queue_base, s->cfg.n_workers, s->cfg.queue_base + s->cfg.n_workers,
-			 s->cfg.ifname);
-		fp_xdp_close(s->xdp);
-		s->xdp = NULL;
-		return -ERANGE;
-	}
-	return 0;
+	return s->xdp ? 0 : errno ? -errno : -EIO;
 }
 
 /* Step "dpdk": the EAL and the port, once; each worker opens its queue pair. */
@@ -1144,11 +1161,18 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 		snprintf(out, len, "dpdk (%s, frames copied) %s/%u, a queue pair per worker",
 			 fp_dpdk_driver(s->dpdk), ip, c->prefix_len);
 	else
+	{
+		unsigned nq = s->xdp ? fp_xdp_queues(s->xdp) : n;
+		char spare[64] = "";
+		if (nq > n)
+			snprintf(spare, sizeof(spare), "; %u more queue%s polled by the workers",
+				 nq - n, nq - n > 1 ? "s" : "");
 		snprintf(out, len, "xdp on %s %s/%u (mode %s: %u/%u queues zero-copy, %u/%u "
-			 "native%s)", c->ifname, ip, c->prefix_len, modes[c->xdp.mode],
+			 "native%s%s)", c->ifname, ip, c->prefix_len, modes[c->xdp.mode],
 			 atomic_load(&s->run.n_zerocopy), n, atomic_load(&s->run.n_native), n,
 			 s->run.steer ? "; 128 flow groups steered in software"
-			 : n > 1 ? "; a frame stays on its queue's worker" : "");
+			 : n > 1 ? "; a frame stays on its queue's worker" : "", spare);
+	}
 }
 
 static void rt_summary(struct rt_start *s)

@@ -90,6 +90,9 @@ struct rt_steer_wk {
 	atomic_int sleeping;          /* in poll(): a producer must write @efd */
 	int efd;                      /* eventfd, in the worker's poll set */
 	struct fp_devq *q;            /* the worker's queue (closed by rt_steer_destroy) */
+	struct fp_devq *qs[RT_QUEUES_MAX]; /* it and the interface's spare queues it polls
+				       * too (rt_steer_own): what it lends when parked */
+	unsigned n_qs;
 	uint64_t tally[4];            /* out, in, drop, rx frames: the worker's last word */
 	atomic_uint req;              /* a move asked of this worker (the group's owner):
 				       * (group << 16 | to) + 1, 0 for none; cleared once the
@@ -259,8 +262,8 @@ void rt_steer_destroy(struct rt_run *run)
 		free(s->rings[i]);
 	}
 	for (unsigned i = 0; s->wk && i < s->n; i++) {
-		if (s->wk[i].q)
-			s->wk[i].q->ops->close(s->wk[i].q);
+		for (unsigned k = 0; k < s->wk[i].n_qs; k++)
+			s->wk[i].qs[k]->ops->close(s->wk[i].qs[k]);
 		if (s->wk[i].efd >= 0)
 			close(s->wk[i].efd);
 	}
@@ -273,7 +276,14 @@ const uint16_t *rt_steer_table(const struct rt_steer *s) { return s->table; }
 
 uint64_t rt_steer_secret(const struct rt_steer *s) { return s->secret; }
 
-void rt_steer_own(struct rt_steer *s, unsigned worker, struct fp_devq *q) { s->wk[worker].q = q; }
+void rt_steer_own(struct rt_steer *s, unsigned worker, struct fp_devq *q)
+{
+	struct rt_steer_wk *w = &s->wk[worker];
+
+	if (!w->q)
+		w->q = q;
+	w->qs[w->n_qs++] = q;   /* the caller keeps to RT_QUEUES_MAX */
+}
 
 void rt_steer_tally(struct rt_steer *s, unsigned worker, const struct fp_rt_worker_stats *st)
 {
@@ -843,9 +853,10 @@ uint64_t rt_steer_hands(struct rt_steer *s, unsigned me, struct fp_rt_worker_sta
 	return w->hands;
 }
 
-struct fp_devq *rt_steer_queue(const struct rt_steer *s, unsigned worker)
+unsigned rt_steer_queues(const struct rt_steer *s, unsigned worker, struct fp_devq *const **qs)
 {
-	return s->wk[worker].q;
+	*qs = s->wk[worker].qs;
+	return s->wk[worker].n_qs;
 }
 
 void rt_steer_loop(struct rt_steer *s, unsigned me, bool in)

@@ -51,6 +51,8 @@
 struct rt_wk {
 	struct fp_ctx ctx;
 	struct fp_devq *q;
+	struct fp_devq *xq[RT_QUEUES_MAX - 1]; /* the interface's spare queues it polls too */
+	unsigned n_xq;
 	struct fp_stack *st;
 	struct rt_run *run;
 	struct rt_steer *steer;           /* flow groups in software; NULL: none */
@@ -275,6 +277,25 @@ static fp_cold unsigned rt_rx_reorder(struct rt_wk *w, unsigned n)
 	return kept;
 }
 
+/* A burst from a queue other than its own (a spare one, or one lent to it; counted in
+ * *@counted when not NULL), steered like its own; returns the frames kept for the stack. */
+static unsigned rt_rx_other(struct rt_wk *w, struct fp_devq *q, uint64_t now, bool *got,
+			    uint64_t *counted)
+{
+	unsigned k = q->ops->rx_burst(q, w->rx, w->batch);
+
+	if (!k)
+		return 0;
+	*got = true;
+	if (counted)
+		*counted += k;
+	if (w->steer)
+		k = rt_steer_rx(w->steer, w->ctx.worker, &w->q->cache, w->rx, k, w->ctx.stats);
+	if (k)
+		fp_stack_input(w->st, w->rx, k, now);
+	return k;
+}
+
 /* Steps 1-2. Returns the frames handed to the stack (the batch of this pass). */
 static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 {
@@ -305,19 +326,16 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 		*got = true;
 		fp_stack_input(w->st, w->rx, taken, now);
 	}
-	/* Queues of parked workers, lent to us: polled as ours, after what their last
-	 * holder handed us from them (taken above). */
+	/* The interface's spare queues (more queues than workers), then the queues of parked
+	 * workers lent to us, after what their last holder handed us from them (taken
+	 * above): polled as ours. */
+	for (unsigned i = 0; i < w->n_xq; i++)
+		taken += rt_rx_other(w, w->xq[i], now, got, NULL);
 	for (uint64_t a = rt_adopted(w); a; a &= a - 1) {
-		struct fp_devq *q = rt_steer_queue(w->steer, (unsigned)__builtin_ctzll(a));
-		unsigned k = q->ops->rx_burst(q, w->rx, w->batch);
-		if (!k)
-			continue;
-		*got = true;
-		s->adopt_rx += k;
-		if ((k = rt_steer_rx(w->steer, w->ctx.worker, &w->q->cache, w->rx, k, s))) {
-			fp_stack_input(w->st, w->rx, k, now);
-			taken += k;
-		}
+		struct fp_devq *const *qs;
+		unsigned nq = rt_steer_queues(w->steer, (unsigned)__builtin_ctzll(a), &qs);
+		for (unsigned i = 0; i < nq; i++)
+			taken += rt_rx_other(w, qs[i], now, got, &s->adopt_rx);
 	}
 	return n + taken;
 }
@@ -375,6 +393,16 @@ static void rt_publish(struct rt_wk *w, uint64_t now)
 		goto device_away;   /* its holder writes the queue's counters: read when back */
 	memset(&ds, 0, sizeof(ds));
 	w->q->ops->stats(w->q, &ds);
+	for (unsigned i = 0; i < w->n_xq; i++) {   /* its spare queues count as its own */
+		struct fp_dev_stats x;
+		memset(&x, 0, sizeof(x));
+		w->xq[i]->ops->stats(w->xq[i], &x);
+		ds.rx_frames += x.rx_frames;
+		ds.rx_bytes += x.rx_bytes;
+		ds.rx_dropped += x.rx_dropped;
+		ds.rx_fill_empty += x.rx_fill_empty;
+		ds.invalid_descs += x.invalid_descs;
+	}
 	s->rx_frames = ds.rx_frames;
 	s->rx_bytes = ds.rx_bytes;
 	s->tx_frames = ds.tx_frames;
@@ -415,12 +443,34 @@ static void rt_account(struct rt_wk *w, bool busy, unsigned batch, uint64_t cycl
  * device arms its wake-up in wait_fd(), so rx_ready() is checked after it, not before.
  * A device with no wake-up (wait_fd -1) gets naps of at most cfg->nap_us instead.
  */
+/* Add the other queues it polls to @p (spare ones while home, and lent ones: at most all
+ * of the interface's); false when one has frames waiting already. */
+static bool rt_sleep_watch(struct rt_wk *w, struct pollfd *p, unsigned *np)
+{
+	struct fp_devq *const *qs = w->xq;
+	unsigned nq = rt_home(w) ? w->n_xq : 0;
+	uint64_t a = w->steer ? rt_adopted(w) : 0;
+
+	for (;;) {
+		for (unsigned i = 0; i < nq; i++) {
+			p[(*np)++] = (struct pollfd){ .fd = qs[i]->ops->wait_fd(qs[i]),
+						      .events = POLLIN };
+			if (qs[i]->ops->rx_ready(qs[i]))
+				return false;
+		}
+		if (!a)
+			return true;
+		nq = rt_steer_queues(w->steer, (unsigned)__builtin_ctzll(a), &qs);
+		a &= a - 1;
+	}
+}
+
 static void rt_sleep_fd(struct rt_wk *w, uint64_t now, int extra_fd)
 {
 	uint64_t next = fp_stack_next_us(w->st), app = rt_ctx_next_us(&w->ctx);
 	uint64_t timeout_us = (uint64_t)RT_SLEEP_MAX_MS * 1000, t0;
 	bool home = !w->steer || rt_home(w);
-	struct pollfd p[4 + FP_RT_MAX_WORKERS];
+	struct pollfd p[4 + RT_IF_QUEUES_MAX];
 	unsigned np = 4;
 	int fd;
 
@@ -461,14 +511,12 @@ static void rt_sleep_fd(struct rt_wk *w, uint64_t now, int extra_fd)
 	p[2] = (struct pollfd){ .fd = w->steer ? rt_steer_wake_fd(w->steer, w->ctx.worker) : -1,
 				.events = POLLIN };
 	p[3] = (struct pollfd){ .fd = extra_fd, .events = POLLIN };
-	/* queues lent to us: their frames wake us as our own do (armed before the check) */
-	for (uint64_t a = w->steer ? rt_adopted(w) : 0; a; a &= a - 1) {
-		struct fp_devq *q = rt_steer_queue(w->steer, (unsigned)__builtin_ctzll(a));
-		p[np++] = (struct pollfd){ .fd = q->ops->wait_fd(q), .events = POLLIN };
-		if (q->ops->rx_ready(q)) {
+	/* spare queues and queues lent to us: their frames wake us as our own do (armed
+	 * before the check) */
+	if (!rt_sleep_watch(w, p, &np)) {
+		if (w->steer)
 			rt_steer_sleep_done(w->steer, w->ctx.worker);
-			return;
-		}
+		return;
 	}
 	struct timespec ts = { .tv_sec = (time_t)(timeout_us / 1000000),
 			       .tv_nsec = (long)(timeout_us % 1000000) * 1000 };
@@ -714,9 +762,13 @@ static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 		rt_steer_moves(w->steer, ctx->worker, ctx, w->st, ctx->stats);
 	sent = rt_tx(w);
 	freed = w->q->ops->reclaim(w->q);
+	for (unsigned i = 0; i < w->n_xq; i++)
+		freed += w->xq[i]->ops->reclaim(w->xq[i]);   /* its fill ring */
 	for (uint64_t a = rt_adopted(w); a; a &= a - 1) {
-		struct fp_devq *q = rt_steer_queue(w->steer, (unsigned)__builtin_ctzll(a));
-		freed += q->ops->reclaim(q);   /* its last holder's frames still completing */
+		struct fp_devq *const *qs;
+		unsigned nq = rt_steer_queues(w->steer, (unsigned)__builtin_ctzll(a), &qs);
+		for (unsigned i = 0; i < nq; i++)   /* its last holder's frames still completing */
+			freed += qs[i]->ops->reclaim(qs[i]);
 	}
 	/* Parks and unparks: hand on the queues that must go, before anyone sleeps. */
 	if (w->steer)
@@ -915,6 +967,7 @@ static int rt_app_run(struct rt_wk *w)
 
 /* Everything between "we have a queue" and "the queue may be closed". */
 static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q,
+			  struct fp_devq *const *xq, unsigned n_xq,
 			  const struct rt_transport_ops *tops, uint32_t addr, uint16_t n_queues)
 {
 	struct rt_wk *w = rt_wk_new(run, worker, q);
@@ -923,6 +976,9 @@ static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q
 
 	if (!w)
 		return -ENOMEM;
+	if (n_xq)
+		memcpy(w->xq, xq, n_xq * sizeof(*xq));
+	w->n_xq = n_xq;
 	if (!(w->st = rt_stack_create(w, worker, addr, n_queues, now))) {
 		ret = -errno;
 		fprintf(stderr, "flowplane: worker %u: stack: %s\n", worker, strerror(errno));
@@ -972,10 +1028,34 @@ int rt_worker_xdp(struct rt_run *run, unsigned worker, struct fp_xdp *x)
 		atomic_fetch_add(&run->n_zerocopy, 1);
 	if (q->native)
 		atomic_fetch_add(&run->n_native, 1);
-	ret = rt_worker_body(run, worker, q, &rt_xdp_ops, cfg->ipv4,
-			     (uint16_t)fp_xdp_queues(x));
-	if (!run->steer)
+	/* The interface's queues beyond the workers' (a NIC's RSS, a Linux sender on a veth
+	 * sends on them): spread over the workers, or their frames would go to the kernel,
+	 * which does not own the address. Startup checked there are few enough. */
+	struct fp_devq *xq[RT_QUEUES_MAX - 1];
+	unsigned n_xq = 0, nq = fp_xdp_queues(x);
+	for (unsigned id = 0, k = 0; id < nq; id++) {
+		if (id >= cfg->queue_base && id < cfg->queue_base + cfg->n_workers)
+			continue;
+		if (k++ % cfg->n_workers != worker)
+			continue;
+		struct fp_devq *e = fp_xdp_queue_open(x, id, err, sizeof(err));
+		if (!e) {
+			ret = errno ? -errno : -EIO;
+			fprintf(stderr, "flowplane: worker %u: spare queue %u: %s\n", worker, id,
+				err[0] ? err : strerror(-ret));
+			goto out;
+		}
+		xq[n_xq++] = e;
+		if (run->steer)
+			rt_steer_own(run->steer, worker, e);
+	}
+	ret = rt_worker_body(run, worker, q, xq, n_xq, &rt_xdp_ops, cfg->ipv4, (uint16_t)nq);
+out:
+	if (!run->steer) {
+		for (unsigned i = 0; i < n_xq; i++)
+			xq[i]->ops->close(xq[i]);
 		q->ops->close(q);
+	}
 	return ret;
 }
 
@@ -993,7 +1073,7 @@ int rt_worker_dpdk(struct rt_run *run, unsigned worker, struct fp_dpdk *d)
 			err[0] ? err : strerror(-ret));
 		return ret;
 	}
-	ret = rt_worker_body(run, worker, q, &rt_dpdk_ops, run->cfg->ipv4,
+	ret = rt_worker_body(run, worker, q, NULL, 0, &rt_dpdk_ops, run->cfg->ipv4,
 			     (uint16_t)run->cfg->n_workers);
 	q->ops->close(q);
 	return ret;
@@ -1003,5 +1083,5 @@ int rt_worker_pair(struct rt_run *run, unsigned worker, struct fp_devq *q)
 {
 	/* Each worker is its own host on the pair's wire: worker i is ipv4 + i. The caller
 	 * owns the queue and closes it after the run. */
-	return rt_worker_body(run, worker, q, &rt_pair_ops, run->cfg->ipv4 + worker, 1);
+	return rt_worker_body(run, worker, q, NULL, 0, &rt_pair_ops, run->cfg->ipv4 + worker, 1);
 }

@@ -83,6 +83,10 @@ struct fp_xdp_config {
 	uint32_t frame_size;      /* 2048 or 4096 (default 2048) */
 	uint32_t ring_size;       /* rx, tx, fill and completion ring entries (default 2048) */
 	bool no_need_wakeup;      /* do not ask for XDP_USE_NEED_WAKEUP */
+	/* optional: told the interface's queue count before anything is attached; non-zero
+	 * (a negative errno, with one line in @err) refuses the interface */
+	int (*check_queues)(void *arg, unsigned n_queues, char *err, size_t errlen);
+	void *check_arg;
 };
 
 struct fp_xdp;  /* the interface: the XDP program and the socket map */

@@ -176,6 +176,32 @@ def test_bad_weights_one_line(topo, build_dir):
         lines
 
 
+def test_spare_queues_are_polled(topo, build_dir):
+    """An interface with more queues than workers: the spare queues are polled too (a Linux
+    sender picks any of them), so 16 Linux streams arrive whole with one worker on the
+    two-queue veth, and with two workers on a four-queue one; --steer queue, which cannot
+    send a frame to its worker, refuses such an interface in one line."""
+    with Server(topo, build_dir, "--workers", "1", "--cores", "0", stats="sq1") as srv:
+        out = client_py(topo, BULK, topo.fp_srv_ip, PORT, 16, 8_000_000)
+        assert out.startswith("ok"), out
+        ws = srv.workers()
+    assert "1 more queue polled by the workers" in srv.err, srv.err
+    assert ws[0]["net"]["tcp_rst_tx"] == 0, ws
+    with Topo(f"{TAG[:5]}q4", queues=4) as t4:
+        with Server(t4, build_dir, stats="sq4") as srv:
+            out = client_py(t4, BULK, t4.fp_srv_ip, PORT, 16, 8_000_000)
+            assert out.startswith("ok"), out
+            ws = srv.workers()
+        assert "2 more queues polled by the workers" in srv.err, srv.err
+        assert all(w["net"]["tcp_rst_tx"] == 0 for w in ws), ws
+        exe = build_dir / "apps" / "echo" / "fp-echo"
+        r = t4.sh(t4.srv_ns, exe, "server", "--if", t4.srv_if, "--ip", f"{t4.fp_srv_ip}/24",
+                  "--workers", "2", "--steer", "queue", "--stats", "none", check=False)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode != 0 and len(lines) == 1, lines
+        assert "has 4 queues and --steer queue has 2 workers" in lines[0], lines
+
+
 # ---- flow-group migration (fp-ctl move) ----
 
 SPIN_CLIENT = r"""

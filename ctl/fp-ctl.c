@@ -18,7 +18,7 @@
  *   fp-ctl park NAME WORKER             stop a worker that owns no group from polling
  *   fp-ctl unpark NAME WORKER           let it poll again (it gets groups by moves)
  *   fp-ctl run NAME [OPTIONS]           the control loop (loop.c, policy.c)
- *   fp-ctl watch NAME [COUNT] [--power FILE]
+ *   fp-ctl watch NAME [COUNT] [--power FILE] [--client FILE]
  *                                       every 100 ms, per worker: its groups, IX's metrics
  *                                       (tau, Q, queueing delay, idle share), ops/s, time
  *                                       asleep; the package's watts (RAPL, or the
@@ -37,7 +37,7 @@ static void usage(FILE *f)
 		   "       fp-ctl park NAME WORKER | fp-ctl unpark NAME WORKER\n"
 		   "       fp-ctl run NAME [--policy FILE] [--seconds S] [--log FILE] [--quiet]\n"
 		   "                       [--batch CMD]\n"
-		   "       fp-ctl watch NAME [COUNT] [--power FILE]\n"
+		   "       fp-ctl watch NAME [COUNT] [--power FILE] [--client FILE]\n"
 		   "       fp-ctl alloc NAME... [--interval-us US] [--seconds S] [--core C] [--sleep]\n"
 		   "                    [--batch CMD] [--json]\n"
 		   "       fp-ctl cmd NAME OP ARG0 ARG1\n"
@@ -75,7 +75,10 @@ static void usage(FILE *f)
 		   "           time asleep; then a line for all workers with the package's watts:\n"
 		   "           RAPL's where the machine has it, and with --power FILE (the power\n"
 		   "           model, bench/power/*.txt) the model's from the time asleep (at its\n"
-		   "           nominal clock: a core asleep at C6, awake at full power)\n"
+		   "           nominal clock: a core asleep at C6, awake at full power); with\n"
+		   "           --client FILE, fp-loadgen's stderr as it writes it, the clients'\n"
+		   "           p99 of its last point (the runtime cannot see a request's wait in\n"
+		   "           the NIC's queue or on the wire)\n"
 		   "  alloc    Shenango's core allocator over one or more runs started with\n"
 		   "           --sched steal --burst K: every --interval-us (default 5) a run whose\n"
 		   "           homes' queues hold an item seen at the previous pass gets one of its\n"
@@ -213,22 +216,72 @@ static long long rapl_uj(void)
 	return v;
 }
 
-/* fp-ctl watch NAME [COUNT] [--power FILE]: IX's metrics, the load and the watts (RAPL's
- * where the machine has it; the power model's with --power), every 100 ms. */
+/*
+ * --client FILE: the latency the clients see, from fp-loadgen's progress lines (its stderr,
+ * one line per point: "fp-loadgen: point N/M ... p99 X us ...") as they are appended to
+ * FILE. The runtime cannot see a request's time in the NIC's queue, nor the wire's; the
+ * generator measures from each request's scheduled send. Each tick reads what was added
+ * and keeps the last whole line's figures.
+ */
+struct client_tail {
+	FILE *f;
+	char part[512];               /* a line not yet ended */
+	size_t n_part;
+	unsigned point, points;       /* the last point reported; 0: none yet */
+	double p99_us;
+};
+
+static void client_line(struct client_tail *c, const char *line)
+{
+	unsigned i, n;
+	const char *p99 = strstr(line, "  p99 ");
+	double v;
+
+	if (sscanf(line, "fp-loadgen: point %u/%u", &i, &n) == 2 && p99 &&
+	    sscanf(p99, "  p99 %lf us", &v) == 1) {
+		c->point = i;
+		c->points = n;
+		c->p99_us = v;
+	}
+}
+
+static void client_read(struct client_tail *c)
+{
+	int ch;
+
+	clearerr(c->f);   /* the writer may have added more since the last end of file */
+	while ((ch = fgetc(c->f)) != EOF) {
+		if (ch != '\n') {
+			if (c->n_part < sizeof(c->part) - 1)
+				c->part[c->n_part++] = (char)ch;
+			continue;
+		}
+		c->part[c->n_part] = '\0';
+		client_line(c, c->part);
+		c->n_part = 0;
+	}
+}
+
+/* fp-ctl watch NAME [COUNT] [--power FILE] [--client FILE]: IX's metrics, the load and the
+ * watts (RAPL's where the machine has it; the power model's with --power), and the
+ * clients' p99 (--client), every 100 ms. */
 static int cmd_watch(int argc, char **argv)
 {
-	const char *name = argv[2], *counts = NULL, *power = NULL;
+	const char *name = argv[2], *counts = NULL, *power = NULL, *client = NULL;
+	struct client_tail ct = { 0 };
 	struct ctl_power pw;
 	unsigned count = 0;
 
 	for (int i = 3; i < argc; i++) {
 		if (!strcmp(argv[i], "--power") && i + 1 < argc)
 			power = argv[++i];
+		else if (!strcmp(argv[i], "--client") && i + 1 < argc)
+			client = argv[++i];
 		else if (!counts && argv[i][0] != '-')
 			counts = argv[i];
 		else {
 			fprintf(stderr, "fp-ctl: watch: unexpected '%s' (fp-ctl watch NAME [COUNT] "
-				"[--power FILE])\n", argv[i]);
+				"[--power FILE] [--client FILE])\n", argv[i]);
 			return 2;
 		}
 	}
@@ -251,9 +304,17 @@ static int cmd_watch(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (client && !(ct.f = fopen(client, "r"))) {
+		fprintf(stderr, "fp-ctl: watch: --client %s: %s (fp-loadgen's stderr, e.g. "
+			"fp-loadgen ... 2> FILE)\n", client, strerror(errno));
+		return 2;
+	}
 	struct fp_rt_stats_hdr *h = ctl_open(name);
-	if (!h)
+	if (!h) {
+		if (ct.f)
+			fclose(ct.f);
 		return 1;
+	}
 	unsigned n = h->n_workers < CTL_MAX_WORKERS ? h->n_workers : CTL_MAX_WORKERS;
 	uint64_t ops0[CTL_MAX_WORKERS], slept0[CTL_MAX_WORKERS];
 	double t0 = mono_s();
@@ -305,9 +366,19 @@ static int cmd_watch(int argc, char **argv)
 		if (power)
 			printf(", %.1f W modelled (%s at its nominal clock; a core asleep at C6, "
 			       "awake at full power)", ctl_power_watts(&pw, n, asleep), power);
+		if (ct.f) {
+			client_read(&ct);
+			if (ct.point)
+				printf(", clients' p99 %.1f us (fp-loadgen point %u/%u)", ct.p99_us,
+				       ct.point, ct.points);
+			else
+				printf(", clients' p99 - (no point reported yet)");
+		}
 		printf("\n");
 		fflush(stdout);
 	}
+	if (ct.f)
+		fclose(ct.f);
 	return 0;
 }
 

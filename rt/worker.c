@@ -437,12 +437,6 @@ static void rt_account(struct rt_wk *w, bool busy, unsigned batch, uint64_t cycl
 
 /* ---- idle ---- */
 
-/*
- * FP_IDLE_SLEEP, after spin_us of idle rounds: sleep in poll() on the device until a
- * frame arrives, the earliest timer (stack or application) is due, or the run stops. The
- * device arms its wake-up in wait_fd(), so rx_ready() is checked after it, not before.
- * A device with no wake-up (wait_fd -1) gets naps of at most cfg->nap_us instead.
- */
 /* Add the other queues it polls to @p (spare ones while home, and lent ones: at most all
  * of the interface's); false when one has frames waiting already. */
 static bool rt_sleep_watch(struct rt_wk *w, struct pollfd *p, unsigned *np)
@@ -465,6 +459,12 @@ static bool rt_sleep_watch(struct rt_wk *w, struct pollfd *p, unsigned *np)
 	}
 }
 
+/*
+ * FP_IDLE_SLEEP, after spin_us of idle rounds: sleep in poll() on the device until a
+ * frame arrives, the earliest timer (stack or application) is due, or the run stops. The
+ * device arms its wake-up in wait_fd(), so rx_ready() is checked after it, not before.
+ * A device with no wake-up (wait_fd -1) gets naps of at most cfg->nap_us instead.
+ */
 static void rt_sleep_fd(struct rt_wk *w, uint64_t now, int extra_fd)
 {
 	uint64_t next = fp_stack_next_us(w->st), app = rt_ctx_next_us(&w->ctx);

@@ -176,6 +176,31 @@ def test_bad_weights_one_line(topo, build_dir):
         lines
 
 
+def test_watch_shows_the_clients_p99(topo, build_dir, tmp_path):
+    """fp-ctl watch --client FILE follows fp-loadgen's stderr as it is written and shows the
+    p99 of its last point beside the run's own metrics; a file it cannot open is one line."""
+    lg = build_dir / "apps" / "loadgen" / "fp-loadgen"
+    log = tmp_path / "lg.err"
+    with Server(topo, build_dir, stats="wc") as srv:
+        r = fp_ctl(build_dir, "watch", srv.stats, 1, "--client", tmp_path / "none")
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "--client" in r.stderr and "No such file" in r.stderr, r.stderr
+        with open(log, "w") as err:
+            p = topo.popen(topo.cli_ns, [lg, "--server", f"{topo.fp_srv_ip}:{PORT}", "--proto",
+                                         "echo", "--rates", "500,1000,1500,2000",
+                                         "--duration", "1", "--warmup", "0.2", "--conns", "4",
+                                         "--stats", "none"], stderr=err)
+            try:
+                out = fp_ctl(build_dir, "watch", srv.stats, 40, "--client", log).stdout
+            finally:
+                assert p.wait(60) == 0, log.read_text()
+    alls = [l for l in out.splitlines() if l.split()[0] == "all"]
+    assert len(alls) == 40 and all("clients' p99" in l for l in alls), out
+    seen = [re.search(r"clients' p99 ([0-9.]+) us \(fp-loadgen point (\d)/4\)", l) for l in alls]
+    assert any(seen), alls   # a point ended within the 4 s watched
+    assert all(float(m.group(1)) > 0 for m in seen if m), alls
+
+
 def test_spare_queues_are_polled(topo, build_dir):
     """An interface with more queues than workers: the spare queues are polled too (a Linux
     sender picks any of them), so 16 Linux streams arrive whole with one worker on the

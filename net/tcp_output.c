@@ -304,6 +304,8 @@ void tcp_send_reset(struct fp_stack *st, const struct fp_ipv4 *ip, const struct 
 		r.ack = t->seq + seg_len;
 		r.flags = FP_TCP_RST | FP_TCP_ACK;
 	}
+	/* An answer: no connection of ours ends with it (tcp_send_rst_conn's do) */
+	NET_STAT_INC(st, tcp_rst_answer);
 	emit_raw(st, m, &r, ip->src, 0);
 }
 

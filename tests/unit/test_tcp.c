@@ -350,7 +350,7 @@ static void test_closed_port_syn_gets_rst_ack(void **state)
 {
 	struct nh *h = *state;
 	struct nh_pkt p;
-	uint64_t rst0 = nh_stats(h).tcp_rst_tx;
+	uint64_t rst0 = nh_stats(h).tcp_rst_tx, ans0 = nh_stats(h).tcp_rst_answer;
 
 	struct t_seg s = { .sport = T_RPORT, .dport = 81, .flags = SYN, .seq = 7000, .wnd = 1000,
 			   .opt = full_syn_opts(1) };
@@ -358,6 +358,7 @@ static void test_closed_port_syn_gets_rst_ack(void **state)
 	t_expect_ports(h, &p, 81, T_RPORT, RST | ACK, 0, 7001, T_ANY, 0);
 	t_expect_none(h);
 	assert_int_equal(nh_stats(h).tcp_rst_tx, rst0 + 1);
+	assert_int_equal(nh_stats(h).tcp_rst_answer, ans0 + 1);   /* no connection of ours */
 	assert_int_equal(fp_stack_tcp_conns(h->st), 0);
 }
 
@@ -2572,9 +2573,11 @@ static void test_abort_sends_rst_and_frees(void **state)
 	struct nh *h = *state;
 	struct nh_pkt p;
 	struct fp_tcp_conn *c = t_conn(h, t_est());
+	uint64_t ans0 = nh_stats(h).tcp_rst_answer;
 
 	fp_tcp_abort(h->st, c);
 	t_pop(h, &p);
+	assert_int_equal(nh_stats(h).tcp_rst_answer, ans0);   /* a connection of ours ended */
 	assert_true(p.tcp.flags & RST);
 	assert_false(p.tcp.flags & (SYN | FIN));
 	assert_int_equal(p.tcp.seq, S);

@@ -100,6 +100,10 @@ struct rt_steer_wk {
 	atomic_uint parked;           /* the control plane parked it: no groups, no polling */
 	atomic_uint holder;           /* the worker that holds (polls) this worker's queue now:
 				       * itself, or the one it was lent to (set by the taker) */
+	atomic_uint home;             /* its queue is its own to poll: cleared by the worker
+				       * as it sends it away, set as it takes it back; a move
+				       * to it waits for it (a group's message must find a
+				       * stack that runs) */
 	/* only the worker touches what follows */
 	uint64_t hands;               /* the queues it holds, bit i for worker i's */
 	bool hands_unsent;            /* a queue it must hand on found the ring full */
@@ -179,6 +183,7 @@ int rt_steer_create(struct rt_run *run, char *err, size_t errlen)
 		s->wk[i].efd = -1;
 		s->wk[i].hands = 1ull << i;
 		atomic_init(&s->wk[i].holder, i);
+		atomic_init(&s->wk[i].home, 1);
 	}
 	/* No weights: group g to worker g % n (ethtool -X equal). Weights (ethtool -X
 	 * weight): contiguous blocks of groups, each worker's in proportion to its weight. */
@@ -488,8 +493,10 @@ static void q_arrive(struct rt_steer *s, unsigned me, unsigned j,
 	w->hands |= 1ull << j;
 	w->hands_unsent = true;
 	atomic_store_explicit(&s->wk[j].holder, me, memory_order_release);
-	if (j == me)
+	if (j == me) {
+		atomic_store_explicit(&w->home, 1, memory_order_release);
 		st->q_back++;
+	}
 	else
 		st->q_adopted++;
 }
@@ -733,7 +740,7 @@ int rt_steer_ask_move(struct rt_steer *s, unsigned g, unsigned to)
 		return -EALREADY;
 	if (atomic_load_explicit(&s->wk[to].parked, memory_order_relaxed))
 		return -EHOSTDOWN;   /* unpark it first */
-	if (atomic_load_explicit(&s->wk[to].holder, memory_order_acquire) != to)
+	if (!atomic_load_explicit(&s->wk[to].home, memory_order_acquire))
 		return -EBUSY;       /* unparked, its queue still on its way back (lending) */
 	uint32_t zero = 0;
 	if (!atomic_compare_exchange_strong(&s->wk[from].req, &zero, (g << 16 | to) + 1))
@@ -796,11 +803,12 @@ bool rt_steer_parked(const struct rt_steer *s, unsigned worker)
  * frames its last holder took from it and handed to that worker, so a flow of the taker's
  * groups keeps its order; one of a third worker's may be passed by a frame taken after
  * the change (TCP puts them back in order). The holder's rule, rt_steer_hands, at the
- * start of each round: a queue goes home once its owner is unparked; one held by a parked
+ * end of each round: a queue goes home once its owner is unparked; one held by a parked
  * worker goes to the first worker not parked; the rest stay. A worker whose own queue is
  * away (lent, or on its way back) runs neither its stack nor its application: both would
  * use the queue's buffer cache, which its holder uses. Moves to it wait until its queue
- * is home (-EBUSY).
+ * is home (@home, -EBUSY): a group's message must find a stack that runs. Only the main
+ * thread asks moves and parks, and it parks no worker a move is still on its way to.
  */
 static unsigned q_dest(const struct rt_steer *s, unsigned me, unsigned j)
 {
@@ -820,8 +828,13 @@ static bool q_send(struct rt_steer *s, unsigned me, unsigned to, unsigned j)
 {
 	void *p = (void *)(uintptr_t)(RT_STEER_QUEUE | (uint64_t)j << 2 | RT_STEER_FENCE);
 
-	if (fp_ring_sp_enqueue_burst(s->rings[me * s->n + to], &p, 1) != 1)
+	if (j == me)   /* before it can be seen anywhere else */
+		atomic_store_explicit(&s->wk[me].home, 0, memory_order_release);
+	if (fp_ring_sp_enqueue_burst(s->rings[me * s->n + to], &p, 1) != 1) {
+		if (j == me)
+			atomic_store_explicit(&s->wk[me].home, 1, memory_order_release);
 		return false;
+	}
 	wake(s, 1ull << to);
 	return true;
 }

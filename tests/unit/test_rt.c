@@ -1384,6 +1384,21 @@ static void test_steer_lends_parked_queue(void **state)
 	assert_int_equal(rt_steer_ask_move(s, 3, 2), 0);
 	rt_steer_destroy(&run);
 
+	/* unparked again before anyone took its queue: still away, no move to it */
+	assert_int_equal(rt_steer_create(&run, err, sizeof(err)), 0);
+	s = run.steer;
+	assert_int_equal(rt_steer_park(s, 2, true), 0);
+	assert_int_equal(HANDS(2), 0);
+	assert_int_equal(rt_steer_park(s, 2, false), 0);
+	assert_int_equal(rt_steer_ask_move(s, 3, 2), -EBUSY);
+	TAKE(0);                                            /* 0 takes it, and sends it home */
+	assert_int_equal(HANDS(0), 1);
+	assert_int_equal(rt_steer_ask_move(s, 3, 2), -EBUSY);
+	TAKE(2);
+	assert_int_equal(HANDS(2), 4);
+	assert_int_equal(rt_steer_ask_move(s, 3, 2), 0);
+	rt_steer_destroy(&run);
+
 	/* --park-queue keep: a parked worker polls its own queue */
 	cfg.park_queue = FP_PARK_QUEUE_KEEP;
 	assert_int_equal(rt_steer_create(&run, err, sizeof(err)), 0);

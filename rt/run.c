@@ -1160,8 +1160,7 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 	else if (c->transport == FP_TRANSPORT_DPDK)
 		snprintf(out, len, "dpdk (%s, frames copied) %s/%u, a queue pair per worker",
 			 fp_dpdk_driver(s->dpdk), ip, c->prefix_len);
-	else
-	{
+	else {
 		unsigned nq = s->xdp ? fp_xdp_queues(s->xdp) : n;
 		char spare[64] = "";
 		if (nq > n)

@@ -89,9 +89,9 @@ struct rt_move {
 struct rt_steer_wk {
 	atomic_int sleeping;          /* in poll(): a producer must write @efd */
 	int efd;                      /* eventfd, in the worker's poll set */
-	struct fp_devq *q;            /* the worker's queue (closed by rt_steer_destroy) */
-	struct fp_devq *qs[RT_QUEUES_MAX]; /* it and the interface's spare queues it polls
-				       * too (rt_steer_own): what it lends when parked */
+	struct fp_devq *qs[RT_QUEUES_MAX]; /* its queue, then the interface's spare ones it
+				       * polls too (rt_steer_own): what it lends when parked;
+				       * closed by rt_steer_destroy */
 	unsigned n_qs;
 	uint64_t tally[4];            /* out, in, drop, rx frames: the worker's last word */
 	atomic_uint req;              /* a move asked of this worker (the group's owner):
@@ -250,7 +250,7 @@ void rt_steer_destroy(struct rt_run *run)
 	for (unsigned i = 0; s->rings && i < s->n * s->n; i++) {
 		void *m;
 		while (s->rings[i] && fp_ring_dequeue_burst(s->rings[i], &m, 1)) {
-			struct fp_devq *src = s->wk[i / s->n].q;
+			struct fp_devq *src = s->wk[i / s->n].n_qs ? s->wk[i / s->n].qs[0] : NULL;
 			uintptr_t tag = (uintptr_t)m & RT_STEER_TAGS;
 			if (tag == RT_STEER_FENCE)
 				continue;   /* a fence, or a queue handed over: nothing to free */
@@ -285,8 +285,6 @@ void rt_steer_own(struct rt_steer *s, unsigned worker, struct fp_devq *q)
 {
 	struct rt_steer_wk *w = &s->wk[worker];
 
-	if (!w->q)
-		w->q = q;
 	w->qs[w->n_qs++] = q;   /* the caller keeps to RT_QUEUES_MAX */
 }
 

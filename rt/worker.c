@@ -105,6 +105,34 @@ static uint64_t rt_adopted(const struct rt_wk *w)
 	return w->hands & ~(1ull << w->ctx.worker);
 }
 
+/* The queues it polls besides its own: its spare ones while its own is home, then every
+ * queue of the workers that lent theirs to it. */
+struct rt_others {
+	struct fp_devq *const *qs;
+	unsigned i, n;
+	uint64_t lent;                    /* lenders not yet visited */
+	bool adopted;                     /* the queue returned was lent to it */
+};
+
+static struct fp_devq *rt_others_next(const struct rt_wk *w, struct rt_others *it)
+{
+	while (it->i == it->n) {
+		if (!it->lent)
+			return NULL;
+		it->n = rt_steer_queues(w->steer, (unsigned)__builtin_ctzll(it->lent), &it->qs);
+		it->lent &= it->lent - 1;
+		it->i = 0;
+		it->adopted = true;
+	}
+	return it->qs[it->i++];
+}
+
+static struct rt_others rt_others(const struct rt_wk *w)
+{
+	return (struct rt_others){ .qs = w->xq, .n = rt_home(w) ? w->n_xq : 0,
+				   .lent = w->steer ? rt_adopted(w) : 0 };
+}
+
 /* ---- calls: api.h onto net.h ---- */
 
 static int64_t rt_sendv(struct rt_wk *w, struct fp_call *c)
@@ -329,14 +357,9 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 	/* The interface's spare queues (more queues than workers), then the queues of parked
 	 * workers lent to us, after what their last holder handed us from them (taken
 	 * above): polled as ours. */
-	for (unsigned i = 0; i < w->n_xq; i++)
-		taken += rt_rx_other(w, w->xq[i], now, got, NULL);
-	for (uint64_t a = rt_adopted(w); a; a &= a - 1) {
-		struct fp_devq *const *qs;
-		unsigned nq = rt_steer_queues(w->steer, (unsigned)__builtin_ctzll(a), &qs);
-		for (unsigned i = 0; i < nq; i++)
-			taken += rt_rx_other(w, qs[i], now, got, &s->adopt_rx);
-	}
+	struct rt_others it = rt_others(w);
+	for (struct fp_devq *q; (q = rt_others_next(w, &it));)
+		taken += rt_rx_other(w, q, now, got, it.adopted ? &s->adopt_rx : NULL);
 	return n + taken;
 }
 
@@ -441,22 +464,14 @@ static void rt_account(struct rt_wk *w, bool busy, unsigned batch, uint64_t cycl
  * of the interface's); false when one has frames waiting already. */
 static bool rt_sleep_watch(struct rt_wk *w, struct pollfd *p, unsigned *np)
 {
-	struct fp_devq *const *qs = w->xq;
-	unsigned nq = rt_home(w) ? w->n_xq : 0;
-	uint64_t a = w->steer ? rt_adopted(w) : 0;
+	struct rt_others it = rt_others(w);
 
-	for (;;) {
-		for (unsigned i = 0; i < nq; i++) {
-			p[(*np)++] = (struct pollfd){ .fd = qs[i]->ops->wait_fd(qs[i]),
-						      .events = POLLIN };
-			if (qs[i]->ops->rx_ready(qs[i]))
-				return false;
-		}
-		if (!a)
-			return true;
-		nq = rt_steer_queues(w->steer, (unsigned)__builtin_ctzll(a), &qs);
-		a &= a - 1;
+	for (struct fp_devq *q; (q = rt_others_next(w, &it));) {
+		p[(*np)++] = (struct pollfd){ .fd = q->ops->wait_fd(q), .events = POLLIN };
+		if (q->ops->rx_ready(q))
+			return false;
 	}
+	return true;
 }
 
 /*
@@ -762,14 +777,10 @@ static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 		rt_steer_moves(w->steer, ctx->worker, ctx, w->st, ctx->stats);
 	sent = rt_tx(w);
 	freed = w->q->ops->reclaim(w->q);
-	for (unsigned i = 0; i < w->n_xq; i++)
-		freed += w->xq[i]->ops->reclaim(w->xq[i]);   /* its fill ring */
-	for (uint64_t a = rt_adopted(w); a; a &= a - 1) {
-		struct fp_devq *const *qs;
-		unsigned nq = rt_steer_queues(w->steer, (unsigned)__builtin_ctzll(a), &qs);
-		for (unsigned i = 0; i < nq; i++)   /* its last holder's frames still completing */
-			freed += qs[i]->ops->reclaim(qs[i]);
-	}
+	/* their fill rings, and a lender's frames still completing */
+	struct rt_others it = rt_others(w);
+	for (struct fp_devq *q; (q = rt_others_next(w, &it));)
+		freed += q->ops->reclaim(q);
 	/* Parks and unparks: hand on the queues that must go, before anyone sleeps. */
 	if (w->steer)
 		rt_hands(w);

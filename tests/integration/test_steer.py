@@ -198,14 +198,15 @@ def test_watch_shows_the_clients_p99(topo, build_dir, tmp_path):
                                          "--duration", "1", "--warmup", "0.2", "--conns", "4",
                                          "--stats", "none"], stderr=err)
             try:
-                out = fp_ctl(build_dir, "watch", srv.stats, 40, "--client", log).stdout
+                wait_for(lambda: "fp-loadgen: point" in log.read_text(),
+                         "fp-loadgen's first point", 60)
+                out = fp_ctl(build_dir, "watch", srv.stats, 3, "--client", log).stdout
             finally:
                 assert p.wait(60) == 0, log.read_text()
     alls = [l for l in out.splitlines() if l.split()[0] == "all"]
-    assert len(alls) == 40 and all("clients' p99" in l for l in alls), out
+    assert len(alls) == 3, out
     seen = [re.search(r"clients' p99 ([0-9.]+) us \(fp-loadgen point (\d)/4\)", l) for l in alls]
-    assert any(seen), alls   # a point ended within the 4 s watched
-    assert all(float(m.group(1)) > 0 for m in seen if m), alls
+    assert all(seen) and all(float(m.group(1)) > 0 for m in seen), alls
 
 
 def test_spare_queues_are_polled(topo, build_dir):
@@ -599,9 +600,11 @@ def test_parked_worker_lends_its_queue(topo, build_dir):
             assert r.returncode == 0, r.stderr
             wait_for(lambda: worker_stat(srv, 1, "parked") == 1, "worker 1 parked", 30)
             if how == "keep":
+                out0 = worker_stat(srv, 1, "steer_out")
                 ws, rounds = rounds_while_streaming(srv)
                 assert ws[1]["q_lent"] == 0 and ws[0]["q_adopted"] == 0, (ws[0], ws[1])
-                assert rounds > 100, rounds   # it woke for what its queue received
+                # it woke for what its queue received and handed it over itself
+                assert rounds > 0 and ws[1]["steer_out"] > out0, (rounds, ws[1])
                 continue
             wait_for(lambda: worker_stat(srv, 0, "q_adopted") == 1, "worker 0 holds queue 1",
                      30)

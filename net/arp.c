@@ -43,6 +43,7 @@ struct arp_park {
 
 struct arp_table {
 	struct fp_stack *st;
+	struct arp_entry *last;        /* the entry arp_mac_of() found last, tried first */
 	uint32_t park_free;            /* free slots of park[], linked through next */
 	struct arp_entry e[NET_ARP_TABLE_SIZE];
 	struct arp_park park[];        /* cfg.arp_queue slots */
@@ -301,12 +302,29 @@ int arp_output(struct fp_stack *st, struct fp_mbuf *m, uint32_t nh)
 		arp_mcast_mac(nh, &dst);
 		return arp_eth_send(st, m, &dst);
 	}
-	struct arp_entry *e = arp_lookup(st->arp, nh);
-	if (fp_likely(e && e->state == ARP_RESOLVED && st->now_us < e->expire_us)) {
-		e->used_us = st->now_us;
-		return arp_eth_send(st, m, &e->mac);
+	const struct fp_eth_addr *mac = arp_mac_of(st, nh);
+	if (fp_likely(mac))
+		return arp_eth_send(st, m, mac);
+	return arp_park(st, arp_lookup(st->arp, nh), m, nh);
+}
+
+const struct fp_eth_addr *arp_mac_of(struct fp_stack *st, uint32_t nh)
+{
+	struct arp_table *tab = st->arp;
+	struct arp_entry *e = tab->last;
+
+	/* A stack talks to one next hop (its gateway, or one client host) far more often
+	 * than to many: the entry of the last answer is checked before the set is searched. */
+	if (!e || e->ip != nh || e->state != ARP_RESOLVED) {
+		e = arp_lookup(tab, nh);
+		if (!e)
+			return NULL;
+		tab->last = e;
 	}
-	return arp_park(st, e, m, nh);
+	if (e->state != ARP_RESOLVED || st->now_us >= e->expire_us)
+		return NULL;
+	e->used_us = st->now_us;
+	return &e->mac;
 }
 
 /* ---- input ---- */

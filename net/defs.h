@@ -31,7 +31,9 @@
  * Output: a protocol builds its header and payload in an mbuf from net_alloc() (which
  * leaves FP_NET_HEADROOM bytes in front for lower headers) and calls
  * ipv4_output(), which prepends IPv4 and Ethernet and queues the frame (or parks it on
- * ARP). Frames wait in st->tx until the driver calls fp_stack_tx().
+ * ARP); TCP's common segment writes all three headers itself (tcp_output.c's emit_fast)
+ * when the next hop is resolved. Frames wait in st->tx until the driver calls
+ * fp_stack_tx().
  */
 
 /* Room in front of a new mbuf's data for Ethernet + IPv4 + TCP with options. */
@@ -128,6 +130,9 @@ void arp_input(struct fp_stack *st, struct fp_mbuf *m);
 /* Send @m (data starts at the IPv4 header) to next hop @nh: prepend Ethernet and queue it,
  * or park it until @nh resolves (sending a request). Consumes @m. 0 or -errno (dropped). */
 int arp_output(struct fp_stack *st, struct fp_mbuf *m, uint32_t nh);
+/* @nh's hardware address while its entry is resolved and fresh (the entry counts as used),
+ * else NULL: arp_output() would park the frame and ask. */
+const struct fp_eth_addr *arp_mac_of(struct fp_stack *st, uint32_t nh);
 /* Queue a gratuitous ARP (RFC 5227 §3 announcement). */
 void arp_announce(struct fp_stack *st);
 
@@ -140,6 +145,13 @@ void ipv4_input(struct fp_stack *st, struct fp_mbuf *m);
  * already filled in) addressed from us to @dst with @proto, route it and send it via ARP.
  * Consumes @m. 0 or -errno (dropped and counted). */
 int ipv4_output(struct fp_stack *st, struct fp_mbuf *m, uint32_t dst, uint8_t proto);
+
+/* Next hop for @dst: itself on the subnet (or broadcast), else the gateway; 0 for none. */
+uint32_t ipv4_route(const struct fp_stack *st, uint32_t dst);
+
+/* Write the 20-byte IPv4 header at @p of a datagram from us to @dst carrying @l4_len bytes
+ * of @proto (the next identification, DF set, checksummed). */
+void ipv4_hdr(struct fp_stack *st, uint8_t *p, uint32_t dst, uint8_t proto, uint32_t l4_len);
 
 /* The IPv4 header of a received datagram after the stack adj()ed past it to the L4
  * header: its bytes still sit in the buffer in front of the data. */
@@ -170,3 +182,5 @@ void tcp_destroy(struct fp_stack *st);
 void tcp_input(struct fp_stack *st, struct fp_mbuf *m, const struct fp_ipv4 *ip);
 /* FP_EV_TCP_SENT to the conns waiting for cfg.tx_bufs, in order, as far as it has room. */
 void tcp_tx_wake(struct fp_stack *st);
+/* Arm the timers whose update the input put off until the application had its turn. */
+void tcp_timer_flush(struct fp_stack *st);

@@ -74,9 +74,8 @@ drop:
 	net_free(st, m);
 }
 
-/* Next hop for @dst: itself on the subnet (or broadcast), else the gateway; 0 for none.
- * There is no loopback: a datagram to our own address has no route. */
-static uint32_t ipv4_route(const struct fp_stack *st, uint32_t dst)
+/* There is no loopback: a datagram to our own address has no route. */
+uint32_t ipv4_route(const struct fp_stack *st, uint32_t dst)
 {
 	if (dst == 0 || dst == st->cfg.ipv4)
 		return 0;
@@ -85,12 +84,19 @@ static uint32_t ipv4_route(const struct fp_stack *st, uint32_t dst)
 	return st->cfg.gateway;
 }
 
+void ipv4_hdr(struct fp_stack *st, uint8_t *p, uint32_t dst, uint8_t proto, uint32_t l4_len)
+{
+	/* DF is set (RFC 1191 path MTU discovery): we never fragment what we send. */
+	struct fp_ipv4 ip = { .src = st->cfg.ipv4, .dst = dst, .id = st->ip_id++,
+			      .frag = FP_IPV4_FLAG_DF, .ttl = IPV4_TTL, .proto = proto };
+
+	fp_ipv4_emit(p, FP_IPV4_HDR_LEN, &ip, l4_len);
+}
+
 int ipv4_output(struct fp_stack *st, struct fp_mbuf *m, uint32_t dst, uint8_t proto)
 {
 	uint32_t nh = ipv4_route(st, dst);
 	uint32_t len = m->pkt_len;
-	struct fp_ipv4 ip = { .src = st->cfg.ipv4, .dst = dst, .id = st->ip_id,
-			      .frag = FP_IPV4_FLAG_DF, .ttl = IPV4_TTL, .proto = proto };
 	uint8_t *p;
 
 	if (fp_unlikely(nh == 0)) {
@@ -98,13 +104,11 @@ int ipv4_output(struct fp_stack *st, struct fp_mbuf *m, uint32_t dst, uint8_t pr
 		net_free(st, m);
 		return -EHOSTUNREACH;
 	}
-	/* DF is set (RFC 1191 path MTU discovery): we never fragment what we send. */
 	if (fp_unlikely(len + FP_IPV4_HDR_LEN > st->cfg.mtu) ||
 	    !(p = fp_mbuf_prepend(m, FP_IPV4_HDR_LEN))) {
 		net_free(st, m);
 		return -EMSGSIZE;
 	}
-	fp_ipv4_emit(p, FP_IPV4_HDR_LEN, &ip, len);
-	st->ip_id++;
+	ipv4_hdr(st, p, dst, proto, len);
 	return arp_output(st, m, nh);
 }

@@ -232,6 +232,8 @@ unsigned fp_stack_poll(struct fp_stack *st, uint64_t now_us)
 {
 	if (now_us > st->now_us)
 		st->now_us = now_us;
+	if (st->tcp)
+		tcp_timer_flush(st);
 	unsigned n = fp_timer_run(&st->wheel, st->now_us);
 
 	if (st->tcp)
@@ -239,7 +241,12 @@ unsigned fp_stack_poll(struct fp_stack *st, uint64_t now_us)
 	return n;
 }
 
-uint64_t fp_stack_next_us(const struct fp_stack *st) { return fp_timer_next_us(&st->wheel); }
+uint64_t fp_stack_next_us(struct fp_stack *st)
+{
+	if (st->tcp)
+		tcp_timer_flush(st);
+	return fp_timer_next_us(&st->wheel);
+}
 
 /* ---- buffers and the tx queue ---- */
 
@@ -308,6 +315,8 @@ unsigned fp_stack_tx(struct fp_stack *st, struct fp_mbuf **out, unsigned max)
 	struct net_txq *q = &st->tx;
 	unsigned n = max < q->count ? max : q->count;
 
+	if (st->tcp)
+		tcp_timer_flush(st);
 	for (unsigned i = 0; i < n; i++) {
 		out[i] = q->v[q->head];
 		q->head = (q->head + 1) & (q->cap - 1);

@@ -244,6 +244,7 @@ static void tcp_conn_free(struct fp_stack *st, struct fp_tcp_conn *c)
 	if (c->flags & TCP_CF_EMBRYONIC)
 		ts->n_embryonic--;
 	tcp_purge(st, c);
+	tcp_timer_undefer(st, c);
 	fp_timer_cancel(&st->wheel, &c->timer);
 	*c->all_pprev = c->all_next;
 	if (c->all_next)
@@ -391,6 +392,7 @@ int fp_stack_tcp_export(struct fp_stack *st, const uint64_t groups[2], struct fp
 		tcp_hash_remove(st, c);
 		if (hashed)
 			c->flags |= TCP_CF_HASHED;
+		tcp_timer_undefer(st, c);
 		fp_timer_cancel(&st->wheel, &c->timer);
 		*c->all_pprev = c->all_next;
 		if (c->all_next)

@@ -174,6 +174,7 @@ static inline struct tcp_mb *tcp_mb(const struct fp_mbuf *m)
 #define TCP_CF_EIFEL      0x40000u /* an RTO retransmitted; the next ACK tells if it was spurious */
 #define TCP_CF_TX_WAIT    0x80000u /* a send found cfg.tx_bufs spent: others leave it a share */
 #define TCP_CF_TX_QUEUED  0x100000u /* on the stack's queue of conns to wake as it refills */
+#define TCP_CF_DEFERRED   0x200000u /* in tcp_stack.defer: its timer update waits for the flush */
 
 /*
  * The control block. Sequence variables are named as in RFC 9293 §3.3.1. Deadlines are
@@ -271,6 +272,9 @@ void tcp_retransmit_first(struct fp_stack *st, struct fp_tcp_conn *c);
 void tcp_dup_ack(struct fp_stack *st, struct fp_tcp_conn *c, bool sack_news);
 
 /* Per-stack TCP state (st->tcp). */
+/* Conns whose timer update a round may put off (tcp_timer_defer); beyond, no deferral. */
+#define TCP_DEFER_MAX 64
+
 struct tcp_stack {
 	struct fp_tcp_conn **htab;       /* 4-tuple buckets */
 	uint32_t hmask;                  /* buckets - 1 */
@@ -290,6 +294,8 @@ struct tcp_stack {
 	uint64_t cookie_sent_us;         /* last SYN cookie sent (0: never): ACKs are checked
 					  * against cookies only while some may be out there */
 	uint8_t rcv_wscale;              /* our window shift for cfg.rcv_buf */
+	uint32_t n_defer;
+	struct fp_tcp_conn *defer[TCP_DEFER_MAX]; /* TCP_CF_DEFERRED conns (tcp_timer_defer) */
 };
 
 /* ---- small helpers ---- */
@@ -416,6 +422,10 @@ void tcp_send_challenge_ack(struct fp_stack *st, struct fp_tcp_conn *c);
 
 /* Re-arm the conn's wheel timer at its earliest deadline (or cancel it). */
 void tcp_timer_update(struct fp_stack *st, struct fp_tcp_conn *c);
+/* tcp_timer_update() at the next tcp_timer_flush(); @c leaves the stack only after
+ * tcp_timer_undefer(). */
+void tcp_timer_defer(struct fp_stack *st, struct fp_tcp_conn *c);
+void tcp_timer_undefer(struct fp_stack *st, struct fp_tcp_conn *c);
 void tcp_timer_fire(struct fp_timer *t, uint64_t now_us);
 /* (Re)start the retransmit timer at now + rto << backoff. */
 void tcp_rtx_arm(struct fp_stack *st, struct fp_tcp_conn *c);

@@ -799,7 +799,7 @@ static void conn_done(struct fp_stack *st, struct fp_tcp_conn *c)
 	if (c->state != FP_TCP_CLOSED && (c->flags & TCP_CF_ACK_NOW))
 		tcp_send_ack(st, c);
 	if (!tcp_maybe_free(st, c))
-		tcp_timer_update(st, c);
+		tcp_timer_defer(st, c);
 }
 
 static int parse(struct fp_stack *st, struct fp_mbuf *m, const struct fp_ipv4 *ip,

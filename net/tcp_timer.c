@@ -29,6 +29,53 @@ void tcp_timer_update(struct fp_stack *st, struct fp_tcp_conn *c)
 }
 
 /*
+ * A segment's own update, put off to the end of the round (the flush runs when the stack's
+ * caller takes the frames, asks for the next deadline or runs the timers). A request sets
+ * the delayed-ACK deadline; the application answers in the same round and the answer
+ * carries the ACK, clearing it. Updated at once, the wheel timer would be armed for the
+ * delayed ACK, fire 500 us later to find nothing due and re-arm for the retransmit
+ * deadline: one fire per request for any conn sending less often than that, for nothing.
+ */
+void tcp_timer_defer(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	struct tcp_stack *ts = st->tcp;
+
+	if (c->flags & TCP_CF_DEFERRED)
+		return;
+	if (ts->n_defer == TCP_DEFER_MAX) {
+		tcp_timer_update(st, c);
+		return;
+	}
+	c->flags |= TCP_CF_DEFERRED;
+	ts->defer[ts->n_defer++] = c;
+}
+
+void tcp_timer_undefer(struct fp_stack *st, struct fp_tcp_conn *c)
+{
+	struct tcp_stack *ts = st->tcp;
+
+	if (!(c->flags & TCP_CF_DEFERRED))
+		return;
+	c->flags &= ~TCP_CF_DEFERRED;
+	for (uint32_t i = 0; i < ts->n_defer; i++)
+		if (ts->defer[i] == c) {
+			ts->defer[i] = ts->defer[--ts->n_defer];
+			return;
+		}
+}
+
+void tcp_timer_flush(struct fp_stack *st)
+{
+	struct tcp_stack *ts = st->tcp;
+
+	while (ts->n_defer) {
+		struct fp_tcp_conn *c = ts->defer[--ts->n_defer];
+		c->flags &= ~TCP_CF_DEFERRED;
+		tcp_timer_update(st, c);
+	}
+}
+
+/*
  * RFC 6298 §5.1/§5.5: the timer runs for RTO, doubled per back-off, at most rto_max.
  *
  * A flight of less than two full-sized segments may legitimately go unacknowledged for the

@@ -166,8 +166,9 @@ unsigned fp_stack_tx(struct fp_stack *st, struct fp_mbuf **out, unsigned max);
 /* Frames waiting in fp_stack_tx(). */
 unsigned fp_stack_tx_pending(const struct fp_stack *st);
 
-/* Earliest time fp_stack_poll() has work; UINT64_MAX when no timer is armed. */
-uint64_t fp_stack_next_us(const struct fp_stack *st);
+/* Earliest time fp_stack_poll() has work; UINT64_MAX when no timer is armed. (It first
+ * arms the timers of the conns the last input left for after the application's turn.) */
+uint64_t fp_stack_next_us(struct fp_stack *st);
 
 /* Free a buffer through the stack's cache (a UDP payload the application is done with). */
 void fp_stack_free(struct fp_stack *st, struct fp_mbuf *m);

@@ -1448,6 +1448,25 @@ static void test_delayed_ack_leaves_after_delack_us(void **state)
 	quiet_until(h, T0 + 10 * SEC);
 }
 
+/* A request answered before the stack's caller takes the frames: the answer carries the
+ * ACK, and the delayed-ACK deadline the request set never reaches the timer wheel (the
+ * segment's timer update waits for the application's turn): the earliest deadline left is
+ * the answer's retransmission, not now + delack_us. Unanswered, the ACK leaves at the
+ * bound as before (the test above). */
+static void test_answer_in_the_same_round_sets_no_delack_timer(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct fp_tcp_conn *c = t_conn(h, t_est());
+
+	t_send(h, ACK | PSH, R, S, t_pat, 100);
+	assert_int_equal(fp_tcp_send(h->st, c, t_pat, 10), 10);
+	t_expect(h, &p, ACK | PSH, S, R + 100, T_RCVBUF - 100, 10);
+	t_expect_none(h);
+	assert_true(fp_stack_next_us(h->st) > T0 + FP_NET_DEFAULT_DELACK_US + TICK);
+	t_expect_recv(h, c, t_pat, 100);
+}
+
 /* tcp.h ACK policy: with cfg.delack_us = FP_NET_DELACK_OFF every in-order segment is
  * acked at once (RFC 5681 §4.2 allows delaying, does not require it). */
 static void test_delack_off_acks_every_segment_at_once(void **state)
@@ -3146,6 +3165,7 @@ int main(void)
 		/* receiving */
 		T(test_in_order_data_delivered_exactly),
 		T(test_delayed_ack_leaves_after_delack_us),
+		T(test_answer_in_the_same_round_sets_no_delack_timer),
 		T(test_second_full_segment_acked_at_once),
 		T(test_delack_off_acks_every_segment_at_once),
 		T(test_data_segment_piggybacks_delayed_ack),

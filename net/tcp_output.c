@@ -194,7 +194,7 @@ static int emit_fast(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf 
 		fp_put_be32(th + 24, tcp_ts_now(c, st->now_us));
 		fp_put_be32(th + 28, c->ts_recent);
 	}
-	uint32_t sum = fp_csum_combine(fp_csum_partial(th, hl, 0), psum, hl);
+	uint32_t sum = fp_csum_combine(ts ? fp_csum_words(th, 8) : fp_csum_words(th, 5), psum, hl);
 	fp_tcp_set_csum(th, sum, st->cfg.ipv4, c->raddr, l4);
 	NET_STAT_INC(st, tcp_tx_segs);
 	return net_tx_frame(st, m);

@@ -29,18 +29,28 @@ static inline uint16_t fp_csum(const void *buf, size_t len)
 	return fp_csum_fold(fp_csum_partial(buf, len, 0));
 }
 
-/* fp_csum() of exactly 20 bytes (an IPv4 header without options), inline: five 32-bit
- * words added in 64 bits and folded, no call. Every segment sent and received has one. */
+/* fp_csum_partial() of @n 32-bit words at @buf, inline: the words added in 64 bits, no
+ * call. For headers, where @n is a constant once inlined. */
+static inline uint32_t fp_csum_words(const void *buf, unsigned n)
+{
+	const uint8_t *p = buf;
+	uint64_t s = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t w;
+		__builtin_memcpy(&w, p + 4 * i, 4);
+		s += w;
+	}
+	s = (s & 0xffffffffu) + (s >> 32);
+	s = (s & 0xffffffffu) + (s >> 32);
+	return (uint32_t)s;
+}
+
+/* fp_csum() of exactly 20 bytes (an IPv4 header without options). Every segment sent and
+ * received has one. */
 static inline uint16_t fp_csum20(const void *buf)
 {
-	uint32_t w[5];
-	uint64_t s;
-
-	__builtin_memcpy(w, buf, 20);
-	s = (uint64_t)w[0] + w[1] + w[2] + w[3] + w[4];
-	s = (s & 0xffffffffu) + (s >> 32);
-	s = (s & 0xffffffffu) + (s >> 32);
-	return fp_csum_fold((uint32_t)s);
+	return fp_csum_fold(fp_csum_words(buf, 5));
 }
 
 /* Add a partial sum @part of data that begins at byte @offset of the checksummed data

@@ -23,8 +23,6 @@ point a second. The configurations (--confs; default the first three), interleav
   -fifo     the server's --park-prio 1: a parked worker sleeps at SCHED_FIFO 1, so
             what it still does runs ahead of the generator polling on its core
             (e.g. static1-keep-fifo)
-  -recall   (dynamic) the policy's down_recall = 0.75: no removal back to n - 1 workers
-            while the load is at or above 0.75 x the load n - 1 last failed to hold
 
 Per run: every window's offered and achieved rate, p50/p99, validity (fp-loadgen's checks:
 achieved >= 99% of offered, client slip, timeouts); the server's CPU (utime + stime over the
@@ -169,9 +167,8 @@ def one(topo, build, conf, a, out, tag):
                 raise RuntimeError(f"park: {r.stderr}")
         log = out / f"{tag}.ctl.jsonl"
         if conf == "dynamic":
-            pol = out / f"{tag}.policy"
-            recall = "down_recall = 0.75\n" if "recall" in flags else ""
-            pol.write_text(a.policy.replace(";", "\n") + "\n" + recall)
+            pol = out / "policy"
+            pol.write_text(a.policy.replace(";", "\n") + "\n")
             # at SCHED_IDLE: on 2 vCPUs the batch core is also fp-loadgen's, and the
             # client must not wait for the batch job (IX's would have cores of its own)
             job = (["--batch", f"exec chrt --idle 0 {sys.executable} "

@@ -76,14 +76,6 @@ struct ctl_policy {
 	unsigned min_workers;        /* never fewer polling: 1 */
 	unsigned max_workers;        /* never more: 0 = all the run has */
 	unsigned down_hold_ms;       /* no removal within this long of any change: 1000 */
-	/* 0 (IX, the default): the idle test alone decides a removal. 0 < r <= 1: no removal
-	 * back to n workers while the rate of work (the application's calls per second, all
-	 * workers) is at or above r x the rate at which n workers last failed the delay bound
-	 * (the rate when the loop went up from n). The idle test judges n workers by their
-	 * busy share, which on a shared or virtual core need not scale with the load, and the
-	 * delay bound can be crossed well below full: a load between the two flaps between n
-	 * and n + 1 (docs/results.md, fp-kv 1 <-> 2 on real cores). */
-	double down_recall;
 	/* IX's derived policy (SoCC'15 §3.2) as data: the configurations to step through as
 	 * load rises, in order of capacity (workers x GHz), e.g. "1@1.2, 2@1.2, ..., 8@2.4";
 	 * none (n_rungs 0): step one worker at a time (fp-ctl run; real cores here have no
@@ -121,11 +113,6 @@ struct ctl_view {
 	bool moving;                 /* some group is on its way: decide nothing */
 	int draining;                /* the worker being emptied to park, or -1 */
 	struct ctl_wview w[CTL_MAX_WORKERS];
-	double rate;                 /* work per second over the last tick, all workers (the
-				      * application's calls; the simulator's requests) */
-	/* [n]: the rate when the loop last added a worker to n polling ones, which the delay
-	 * bound said could not hold it; 0: never (policy down_recall) */
-	double up_rate[CTL_MAX_WORKERS + 1];
 };
 
 enum ctl_act { CTL_HOLD = 0, CTL_UP, CTL_DOWN };
@@ -133,9 +120,7 @@ enum ctl_act { CTL_HOLD = 0, CTL_UP, CTL_DOWN };
 struct ctl_decision {
 	enum ctl_act act;
 	unsigned worker;             /* UP: the one to unpark; DOWN: the one to empty */
-	unsigned active;             /* workers polling as it was decided (UP: where the view's
-				      * rate goes in up_rate) */
-	char why[112];
+	char why[96];
 };
 
 struct ctl_decision ctl_decide(const struct ctl_policy *p, const struct ctl_view *v);

@@ -29,9 +29,6 @@ struct loop {
 	FILE *log;
 	unsigned ups, downs, moves, move_refusals;
 	double active_ms[CTL_MAX_WORKERS + 1];   /* time spent with k workers polling */
-	double up_rate[CTL_MAX_WORKERS + 1];     /* ctl_view's: the rate each up left behind */
-	uint64_t calls;                          /* the workers' calls at the last tick */
-	double calls_t;                          /* and when (0: not yet read) */
 	/* --batch: the job on the parked workers' cores */
 	bool has_batch;
 	struct ctl_batch batch;
@@ -81,7 +78,6 @@ static void view_read(struct loop *l, struct ctl_view *v, double now)
 	v->now_ms = (uint64_t)(now - l->t0);
 	v->last_change_ms = (uint64_t)(l->last_change - l->t0);
 	v->draining = l->draining;
-	memcpy(v->up_rate, l->up_rate, sizeof(v->up_rate));
 	for (unsigned g = 0; g < l->h->n_groups && g < CTL_GROUPS; g++) {
 		uint16_t e = __atomic_load_n(&l->h->groups[g], __ATOMIC_ACQUIRE);
 		unsigned o = e & ~FP_RT_GROUP_MOVING;
@@ -90,13 +86,11 @@ static void view_read(struct loop *l, struct ctl_view *v, double now)
 		if (o < l->n)
 			v->w[o].groups++;
 	}
-	uint64_t calls = 0;
 	for (unsigned w = 0; w < l->n; w++) {
 		const struct fp_rt_worker_stats *s = fp_rt_stats_worker(l->h, w);
 		struct ctl_wview *x = &v->w[w];
 		uint64_t k = __atomic_load_n(&s->ctl_intervals, __ATOMIC_ACQUIRE);
 
-		calls += __atomic_load_n(&s->calls, __ATOMIC_RELAXED);
 		x->parked = l->parked[w];
 		x->fresh = k != l->intervals[w];
 		l->intervals[w] = k;
@@ -105,11 +99,6 @@ static void view_read(struct loop *l, struct ctl_view *v, double now)
 			x->idle[i] = (double)s->ctl_idle_ewma_ppm[i] / 1e6;
 		}
 	}
-	/* a parked worker publishes when it wakes: a total that went back is not a rate */
-	if (l->calls_t > 0 && now > l->calls_t && calls >= l->calls)
-		v->rate = (double)(calls - l->calls) * 1e3 / (now - l->calls_t);
-	l->calls = calls;
-	l->calls_t = now;
 }
 
 /* Issue @plan's moves; an owner still busy with its last one is asked again shortly. */
@@ -221,8 +210,8 @@ static void log_tick(struct loop *l, const struct ctl_view *v, const struct ctl_
 	if (!l->log)
 		return;
 	fprintf(l->log, "{\"t_ms\": %.1f, \"polling\": %u, \"draining\": %d, \"act\": \"%s\", "
-		"\"why\": \"%s\", \"rate\": %.0f, \"workers\": [", now - l->t0, count_active(l),
-		l->draining, acts[d->act], d->why, v->rate);
+		"\"why\": \"%s\", \"workers\": [", now - l->t0, count_active(l), l->draining,
+		acts[d->act], d->why);
 	for (unsigned w = 0; w < l->n; w++)
 		fprintf(l->log, "%s{\"parked\": %d, \"groups\": %u, \"fresh\": %d, "
 			"\"delay_us\": %.1f, \"idle\": %.3f}", w ? ", " : "", v->w[w].parked,
@@ -258,10 +247,8 @@ static void tick(struct loop *l, double now)
 		}
 		return;
 	}
-	if (d.act == CTL_UP && park(l, d.worker, false, now, d.why)) {
+	if (d.act == CTL_UP && park(l, d.worker, false, now, d.why))
 		l->ups++;
-		l->up_rate[d.active] = v.rate;
-	}
 	if (d.act == CTL_DOWN) {
 		l->draining = (int)d.worker;
 		l->last_change = now;

@@ -80,7 +80,6 @@ static const struct key {
 	{ "ladder", K_LADDER, 0, 0, 0 },
 	{ "up_drain", K_UINT, offsetof(struct ctl_policy, up_drain), 0, 1 },
 	{ "down_fit", K_UINT, offsetof(struct ctl_policy, down_fit), 0, 1 },
-	{ "down_recall", K_DOUBLE, offsetof(struct ctl_policy, down_recall), 0, 1 },
 };
 
 char *ctl_trim(char *s)
@@ -216,8 +215,7 @@ int ctl_policy_parse(const char *text, struct ctl_policy *p, char *err, size_t e
 		if (!k) {
 			snprintf(err, errlen, "line %u: unknown key '%.40s' (keys: interval_ms, "
 				 "delay_max_us, up_ewma, down_ewma, idle_margin, min_workers, "
-				 "max_workers, down_hold_ms, down_recall, ladder, up_drain, down_fit)", no,
-				 key);
+				 "max_workers, down_hold_ms, ladder, up_drain, down_fit)", no, key);
 			return -EINVAL;
 		}
 		if (set_key(p, k, val)) {
@@ -263,16 +261,6 @@ struct signals {
 	double delay, idle;
 };
 
-/* decision() with the signals it was made on (a format of up to four numbers). */
-static struct ctl_decision decision_at(enum ctl_act act, unsigned worker, const struct signals *s,
-				       const char *fmt, double a, double b, double c, double e)
-{
-	struct ctl_decision d = { .act = act, .worker = worker, .active = s->active };
-
-	snprintf(d.why, sizeof(d.why), fmt, a, b, c, e);
-	return d;
-}
-
 static struct signals signals_of(const struct ctl_policy *p, const struct ctl_view *v)
 {
 	struct signals s = { .parked = -1, .last = -1 };
@@ -311,23 +299,16 @@ struct ctl_decision ctl_decide(const struct ctl_policy *p, const struct ctl_view
 	/* Up first: a queue that grows costs the SLO; idle cores cost only energy. */
 	if (s.delay > p->delay_max_us) {
 		if (s.parked >= 0 && s.active < max_workers)
-			return decision_at(CTL_UP, (unsigned)s.parked, &s, "queueing delay %.1f us > %.1f us", s.delay,
-					   p->delay_max_us, 0, 0);
+			return decision(CTL_UP, (unsigned)s.parked, "queueing delay %.1f us > %.1f us",
+					s.delay, p->delay_max_us);
 		return decision(CTL_HOLD, 0, "queueing delay %.1f us > %.1f us, no worker to add",
 				s.delay, p->delay_max_us);
 	}
 	double need = 1.0 / s.active + p->idle_margin;
 	if (s.active > p->min_workers && s.idle > need &&
-	    v->now_ms - v->last_change_ms >= p->down_hold_ms) {
-		double failed = v->up_rate[s.active - 1];
-		if (p->down_recall > 0 && failed > 0 && v->rate >= p->down_recall * failed)
-			return decision_at(CTL_HOLD, 0, &s, "idle %.2f > %.2f, but %.0f/s >= "
-					   "recall x %.0f/s, which one worker fewer could not "
-					   "hold", s.idle, need, v->rate, failed);
-		return decision_at(CTL_DOWN, (unsigned)s.last, &s, "idle %.2f > %.2f", s.idle,
-				   need, 0, 0);
-	}
-	return decision_at(CTL_HOLD, 0, &s, "idle %.2f, delay %.1f us", s.idle, s.delay, 0, 0);
+	    v->now_ms - v->last_change_ms >= p->down_hold_ms)
+		return decision(CTL_DOWN, (unsigned)s.last, "idle %.2f > %.2f", s.idle, need);
+	return decision(CTL_HOLD, 0, "idle %.2f, delay %.1f us", s.idle, s.delay);
 }
 
 static double capacity(const struct ctl_rung *r)

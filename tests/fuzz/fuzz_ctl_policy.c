@@ -22,13 +22,10 @@ static void check_accepted(const struct ctl_policy *p, const uint8_t *d, size_t 
 	    p->delay_max_us > 1e7 || !(p->idle_margin >= 0) || p->idle_margin > 1 ||
 	    p->up_ewma > 2 || p->down_ewma > 2 || p->min_workers < 1 ||
 	    p->min_workers > CTL_MAX_WORKERS || p->max_workers > CTL_MAX_WORKERS ||
-	    (p->max_workers && p->max_workers < p->min_workers) || !(p->down_recall >= 0) ||
-	    p->down_recall > 1)
+	    (p->max_workers && p->max_workers < p->min_workers))
 		abort();
 	struct ctl_view v = { .n = 1 + (n ? d[0] % CTL_MAX_WORKERS : 0), .draining = -1,
-			      .now_ms = 100000, .rate = n > 1 ? d[1] * 1000.0 : 0 };
-	for (unsigned k = 0; k <= CTL_MAX_WORKERS; k++)
-		v.up_rate[k] = n ? d[k % n] * 900.0 : 0;
+			      .now_ms = 100000 };
 	for (unsigned w = 0; w < v.n; w++) {
 		uint8_t b = n ? d[(w + 1) % n] : 0;
 		v.w[w].parked = b & 1;

@@ -125,43 +125,6 @@ static void decisions(void **state)
 	assert_int_equal(ctl_decide(&p, &v).act, CTL_HOLD);
 }
 
-/* down_recall: the rate one worker failed to hold (recorded at the up) keeps the second
- * polling although the idle test would remove it; a rate well below it does not. */
-static void recall(void **state)
-{
-	(void)state;
-	char err[200];
-	struct ctl_policy p;
-	struct ctl_decision d;
-	struct ctl_view v;
-
-	ctl_policy_default(&p);
-	/* one worker delayed past the bound at 100k calls/s: up; the loop records the rate
-	 * under the count that failed */
-	v = view2(true, 0.15, 400);
-	v.rate = 100000;
-	d = ctl_decide(&p, &v);
-	assert_int_equal(d.act, CTL_UP);
-	assert_int_equal(d.active, 1);
-	/* two workers, idle 0.65 > 1/2 + 0.1 at the same rate: IX's rule removes one, back to
-	 * the worker that could not hold it */
-	v = view2(false, 0.65, 5);
-	v.rate = 100000;
-	v.up_rate[1] = 100000;
-	assert_int_equal(ctl_decide(&p, &v).act, CTL_DOWN);
-	assert_int_equal(ctl_policy_parse("down_recall = 0.75\n", &p, err, sizeof(err)), 0);
-	assert_true(p.down_recall == 0.75);
-	d = ctl_decide(&p, &v);                   /* 100k >= 0.75 x 100k: hold */
-	assert_int_equal(d.act, CTL_HOLD);
-	assert_non_null(strstr(d.why, "could not hold"));
-	v.rate = 74000;                           /* the load fell below: remove */
-	assert_int_equal(ctl_decide(&p, &v).act, CTL_DOWN);
-	v.rate = 100000;                          /* nothing recorded: IX's rule */
-	v.up_rate[1] = 0;
-	assert_int_equal(ctl_decide(&p, &v).act, CTL_DOWN);
-	assert_int_equal(ctl_policy_parse("down_recall = 1.5\n", &p, err, sizeof(err)), -EINVAL);
-}
-
 static void ladder(void **state)
 {
 	(void)state;
@@ -374,7 +337,6 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(policy_file),
 		cmocka_unit_test(decisions),
-		cmocka_unit_test(recall),
 		cmocka_unit_test(ladder),
 		cmocka_unit_test(plans),
 		cmocka_unit_test(power_model),

@@ -276,7 +276,6 @@ void vs_ctl_tick(struct vs_run *r, uint64_t t)
 		for (unsigned g = 0; g < VS_GROUPS; g++)
 			v.w[w].groups += r->table[g] == w;
 		v.w[w].parked = !c->on;
-		v.rate += served * 1e9 / interval;
 		c->busy0 = c->busy_ns;
 		c->served0 = c->served;
 		c->q_sum = c->q_n = 0;
@@ -298,14 +297,11 @@ void vs_ctl_tick(struct vs_run *r, uint64_t t)
 			set_config(r, t, p->rung[r->rung].workers, p->rung[r->rung].ghz);
 		}
 	} else {
-		memcpy(v.up_rate, r->up_rate, sizeof(v.up_rate));
 		d = ctl_decide(p, &v);
-		if (d.act == CTL_UP) {
-			r->up_rate[d.active] = v.rate;
+		if (d.act == CTL_UP)
 			set_config(r, t, r->n_on + 1, r->ghz);
-		} else if (d.act == CTL_DOWN) {
+		else if (d.act == CTL_DOWN)
 			set_config(r, t, r->n_on - 1, r->ghz);
-		}
 	}
 	if (d.act == CTL_UP)
 		r->ups++;

@@ -210,7 +210,6 @@ struct vs_run {
 	int draining;                      /* the first worker being emptied, or -1 */
 	unsigned n_target;                 /* workers 0..n_target-1 are to own the groups */
 	uint64_t next_tick, last_change_ns, ticks, ups, downs, moves, wakes;
-	double up_rate[CTL_MAX_WORKERS + 1];   /* ctl_view's: the rate each up left behind */
 	uint64_t move_ns_sum, move_ns_max;
 	struct vs_cfgch {                  /* workers polling and the clock from @t on */
 		uint64_t t;

@@ -160,8 +160,8 @@ static uint16_t window_field(const struct fp_stack *st, struct fp_tcp_conn *c, b
  * no RST, no SACK blocks to carry, to a next hop whose address is resolved. Ethernet, IPv4
  * and TCP headers go straight into @m's headroom (options: timestamps, as NOP, NOP, TS,
  * the layout Linux sends too) instead of through struct fp_tcp, the option encoder, route
- * and ARP output: about a third of what a segment sent cost (docs/results.md, issue 21).
- * Consumes @m.
+ * and ARP output (with the byte-order helpers' rewrite, a segment's emission fell from
+ * ~530 to ~380 instructions: docs/results.md, issue 21). Consumes @m.
  */
 static int emit_fast(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf *m,
 		     uint32_t seq, uint8_t flags, uint16_t wnd, uint32_t psum,

@@ -43,6 +43,7 @@
 #define DPDK_BURST     64u
 #define DPDK_MAX_ARGS  64
 #define DPDK_MP_CACHE  256u   /* mbufs per worker's mempool cache (flushed above 1.5x) */
+#define DPDK_MEMIF_WAIT_MS 5000u /* a memif client waits this long for its server */
 
 struct fp_dpdk {
 	bool owns_eal;             /* fp_dpdk_open's: closing it cleans the EAL up */
@@ -373,9 +374,23 @@ static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errle
 	}
 	um = umask(077);
 	rc = rte_eth_dev_start(d->port);
+	/* A memif client starts by connecting to its server's socket, which refuses while the
+	 * server is not up yet or has not yet taken the last client's disconnect (its listen
+	 * backlog is one): wait for it a while, as a client of any server would. */
+	for (unsigned t = 0; rc && !strcmp(d->info.driver_name, "net_memif") &&
+			     t < DPDK_MEMIF_WAIT_MS / 50; t++) {
+		if (t == 0)
+			fprintf(stderr, "flowplane: dpdk: waiting up to %u s for the memif peer\n",
+				DPDK_MEMIF_WAIT_MS / 1000);
+		usleep(50 * 1000);
+		rc = rte_eth_dev_start(d->port);
+	}
 	umask(um);
 	if (rc) {
-		snprintf(err, errlen, "starting %s: %s", d->info.driver_name, rte_strerror(-rc));
+		snprintf(err, errlen, "starting %s: %s%s", d->info.driver_name, rte_strerror(-rc),
+			 strcmp(d->info.driver_name, "net_memif") ? "" :
+			 " (no memif server accepted at the socket: is it running, with "
+			 "role=server on the same socket path?)");
 		goto fail;
 	}
 	rte_eth_macaddr_get(d->port, &mac);

@@ -303,6 +303,7 @@ void tcp_timer_fire(struct fp_timer *t, uint64_t now_us)
 	struct fp_tcp_conn *c = fp_container_of(t, struct fp_tcp_conn, timer);
 	struct fp_stack *st = c->st;
 
+	NET_STAT_INC(st, tcp_timer_fires);
 	if (c->delack_us && c->delack_us <= now_us) {
 		c->delack_us = 0;
 		tcp_send_ack(st, c);

@@ -319,7 +319,7 @@ void fp_tcp_info(const struct fp_tcp_conn *c, struct fp_tcp_info *out);
 	X(tcp_dup_seg) \
 	X(tcp_ooo_seg) X(tcp_ooo_drop) X(tcp_out_of_window) X(tcp_zero_window_probe) \
 	X(tcp_keepalive_tx) X(tcp_timeout) X(tcp_nobufs) X(tcp_tx_budget) X(tcp_tx_presummed) \
-	X(tcp_rst_answer) \
+	X(tcp_rst_answer) X(tcp_timer_fires) \
 	X(nobufs)
 
 struct fp_net_stats {

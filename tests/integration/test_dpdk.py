@@ -166,6 +166,9 @@ def test_dpdk_bad_config_one_line(build_dir, sockdir):
         (["--net", "dpdk", "--ip", "10.99.0.1/24"], "needs a device"),
         (["--dpdk", "--vdev=net_nosuch0", "--ip", "10.99.0.1/24"], "EAL did not start"),
         (["--dpdk", memif("server", os.path.join(sockdir, "x.sock"))], "needs our address"),
+        # a memif client waits a while for its server (dev/dpdk.c), then says so
+        (["--dpdk", memif("client", os.path.join(sockdir, "none.sock")), "--ip",
+          "10.99.0.1/24"], "no memif server accepted"),
     ]
     for args, want in cases:
         r = subprocess.run([echo(build_dir), "server", "--stats", "none", *args],

@@ -126,6 +126,9 @@ struct fp_mbuf;
 int rt_steer_classify(const struct fp_rss *rss, const uint8_t *frame, uint32_t len);
 /* The table (from --steer-weights), the rings, the wake-up eventfds; one line in @err. */
 int rt_steer_create(struct rt_run *run, char *err, size_t errlen);
+/* The table a run starts with (--steer-weights, or g % n): rt_steer_create's, and what the
+ * NIC is told before the queues open (run.c, --nic-steer). */
+void rt_steer_first_table(const struct fp_rt_config *cfg, uint16_t table[]);
 /* After every worker stopped: free frames still in the rings, close the queues. */
 void rt_steer_destroy(struct rt_run *run);
 const uint16_t *rt_steer_table(const struct rt_steer *s);

@@ -63,6 +63,11 @@ const char fp_rt_options_help[] =
 	"                        the default) or stays with the queue it arrived on\n"
 	"  --steer-weights LIST  groups per worker in proportion, e.g. 1,1,2 (ethtool -X\n"
 	"                        weight; 0 gives a worker none; default equal)\n"
+	"  --nic-steer MODE      groups: set the NIC's RSS key, TCP/UDP hash fields and\n"
+	"                        indirection table so each group's frames arrive on its\n"
+	"                        worker's queue, put back at exit: where the NIC can (auto,\n"
+	"                        the default; the startup line says which), or stop if it\n"
+	"                        cannot (on), or leave the NIC alone (off). A veth cannot.\n"
 	"  --batch B             frames per stack pass, 1..1024 (default 64)\n"
 	"  --idle MODE           when idle: poll (keep polling), sleep (spin --spin-us, then\n"
 	"                        sleep; the default) or adaptive (spin only as long as the\n"
@@ -109,7 +114,7 @@ const char fp_rt_options_help[] =
 
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
-	"steer-weights", "batch", "idle",
+	"steer-weights", "nic-steer", "batch", "idle",
 	"sched", "burst", "burst-idle-us", "park-prio", "park-queue", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
 };
@@ -420,6 +425,13 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		cfg->kernel_steer_cpu = w == 1;
 		return 1;
 	}
+	if (!strcmp(opt, "nic-steer")) {
+		static const char *const ns[] = { "auto", "on", "off", NULL }; /* fp_nic_steer */
+		if ((w = opt_word(opt, val, ns, err, errlen)) < 0)
+			return -1;
+		cfg->nic_steer = (enum fp_nic_steer)w;
+		return 1;
+	}
 	if (!strcmp(opt, "steer")) {
 		static const char *const steers[] = { "groups", "queue", NULL }; /* fp_steer */
 		if ((w = opt_word(opt, val, steers, err, errlen)) < 0)
@@ -534,6 +546,9 @@ struct rt_start {
 	unsigned n_threads;
 	bool started;                     /* every worker thread was started */
 	bool table_pending;               /* SET_TABLE: groups still to ask to move */
+	struct fp_nic_rss *nic_rss;       /* the NIC steers the groups (put back at exit) */
+	struct fp_ethtool ethtool;
+	char nic_why[160];                /* ...or why it does not */
 	uint16_t want[FP_RSS_GROUPS];     /* ...to these workers */
 	struct rt_thread threads[FP_RT_MAX_WORKERS];
 	char err[256];
@@ -716,6 +731,11 @@ static int step_config(struct rt_start *s)
 		return snprintf(s->err, sizeof(s->err), "--park-queue is for workers that fp-ctl "
 				"parks: the xdp transport, several workers, --steer groups and "
 				"--sched part"), -EINVAL;
+	if (c->nic_steer == FP_NIC_STEER_ON && (c->transport != FP_TRANSPORT_XDP ||
+						 c->n_workers < 2 || c->steer != FP_STEER_GROUPS))
+		return snprintf(s->err, sizeof(s->err), "--nic-steer on programs the NIC for flow "
+				"groups: the xdp transport, --steer groups and several workers"),
+		       -EINVAL;
 	if (c->n_steer_weights && (c->transport != FP_TRANSPORT_XDP || c->n_workers < 2 ||
 				   c->steer != FP_STEER_GROUPS))
 		return snprintf(s->err, sizeof(s->err), "--steer-weights needs flow groups: the "
@@ -956,6 +976,40 @@ static int xdp_check_queues(void *arg, unsigned nq, char *err, size_t errlen)
 	return 0;
 }
 
+/* Step "nic" (--nic-steer): before the program is attached, the NIC's RSS as the groups'
+ * first table says: group g's frames to the queue of worker table[g]. Set once: after a
+ * group moves, its frames still reach the old owner's queue, which hands them over
+ * (steer.c keeps a flow's frames in order that way; switching the NIC too would split a
+ * flow's frames over two queues mid-move). Its down puts the NIC back. */
+static int step_nic(struct rt_start *s)
+{
+	uint16_t table[FP_RSS_GROUPS], q[FP_RSS_GROUPS];
+
+	if (s->cfg.transport != FP_TRANSPORT_XDP || s->cfg.n_workers < 2 ||
+	    s->cfg.steer != FP_STEER_GROUPS)
+		return 0;
+	if (s->cfg.nic_steer == FP_NIC_STEER_OFF)
+		return snprintf(s->nic_why, sizeof(s->nic_why), "--nic-steer off"), 0;
+	rt_steer_first_table(&s->cfg, table);
+	for (unsigned g = 0; g < FP_RSS_GROUPS; g++)
+		q[g] = (uint16_t)(s->cfg.queue_base + table[g]);
+	s->ethtool = (struct fp_ethtool){ fp_ethtool_ioctl, (void *)s->cfg.ifname };
+	s->nic_rss = fp_nic_rss_program(&s->ethtool, fp_rss_key_symmetric, q, s->nic_why,
+					sizeof(s->nic_why));
+	if (s->nic_rss || s->cfg.nic_steer != FP_NIC_STEER_ON)
+		return 0;
+	int rc = errno ? -errno : -EOPNOTSUPP;
+	snprintf(s->err, sizeof(s->err), "--nic-steer on: %s cannot steer the flow groups: %s "
+		 "(--nic-steer auto hands frames over in software)", s->cfg.ifname, s->nic_why);
+	return rc;
+}
+
+static void step_nic_down(struct rt_start *s)
+{
+	fp_nic_rss_restore(s->nic_rss);
+	s->nic_rss = NULL;
+}
+
 /* Step "xdp": attach the program once; each worker opens its own queue on its thread. */
 static int step_xdp(struct rt_start *s)
 {
@@ -1111,6 +1165,7 @@ static const struct rt_step {
 	{ "alloc",   step_alloc,   step_alloc_down },
 	{ "sched",   step_sched,   step_sched_down },
 	{ "signals", step_signals, step_signals_down },
+	{ "nic",     step_nic,     step_nic_down },
 	{ "xdp",     step_xdp,     step_xdp_down },
 	{ "dpdk",    step_dpdk,    step_dpdk_down },
 	{ "steer",   step_steer,   step_steer_down },
@@ -1162,22 +1217,31 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 			 fp_dpdk_driver(s->dpdk), ip, c->prefix_len);
 	else {
 		unsigned nq = s->xdp ? fp_xdp_queues(s->xdp) : n;
-		char spare[64] = "";
+		char spare[64] = "", steer[240] = "";
+		if (s->nic_rss)
+			snprintf(steer, sizeof(steer), "; 128 flow groups steered by the NIC's RSS "
+				 "table (%u entries%s; moved groups handed over in software)",
+				 fp_nic_rss_entries(s->nic_rss),
+				 fp_nic_rss_udp(s->nic_rss) ? "" : ", UDP in software");
+		else if (s->run.steer)
+			snprintf(steer, sizeof(steer), "; 128 flow groups steered in software, "
+				 "not by the NIC: %s", s->nic_why);
+		else if (n > 1)
+			snprintf(steer, sizeof(steer), "; a frame stays on its queue's worker");
 		if (nq > n)
 			snprintf(spare, sizeof(spare), "; %u more queue%s polled by the workers",
 				 nq - n, nq - n > 1 ? "s" : "");
 		snprintf(out, len, "xdp on %s %s/%u (mode %s: %u/%u queues zero-copy, %u/%u "
 			 "native%s%s)", c->ifname, ip, c->prefix_len, modes[c->xdp.mode],
 			 atomic_load(&s->run.n_zerocopy), n, atomic_load(&s->run.n_native), n,
-			 s->run.steer ? "; 128 flow groups steered in software"
-			 : n > 1 ? "; a frame stays on its queue's worker" : "", spare);
+			 steer, spare);
 	}
 }
 
 static void rt_summary(struct rt_start *s)
 {
 	const struct fp_rt_config *c = &s->cfg;
-	char net[256], cores[200], stats[96], idle[128];
+	char net[512], cores[200], stats[96], idle[128];
 
 	summary_net(s, net, sizeof(net));
 	cores_str(c, cores, sizeof(cores));

@@ -163,10 +163,34 @@ int rt_steer_classify(const struct fp_rss *rss, const uint8_t *p, uint32_t len)
 	return (int)fp_rss_group(fp_rss_ipv4_l4(rss, htonl(ip.src), htonl(ip.dst), sport, dport));
 }
 
+void rt_steer_first_table(const struct fp_rt_config *cfg, uint16_t table[])
+{
+	unsigned n = cfg->n_workers, total = 0;
+
+	/* No weights: group g to worker g % n (ethtool -X equal). Weights (ethtool -X
+	 * weight): contiguous blocks of groups, each worker's in proportion to its weight. */
+	for (unsigned i = 0; i < n; i++)
+		total += cfg->n_steer_weights ? cfg->steer_weights[i] : 1;
+	for (unsigned g = 0, k = 0; g < FP_RSS_GROUPS; g++) {
+		if (!cfg->n_steer_weights) {
+			table[g] = (uint16_t)(g % n);
+			continue;
+		}
+		/* the (k+1)-th worker with weight takes groups while g < its cumulative share */
+		unsigned cum = 0;
+		for (k = 0; k < n; k++) {
+			cum += cfg->steer_weights[k];
+			if ((uint64_t)g * total < (uint64_t)cum * FP_RSS_GROUPS)
+				break;
+		}
+		table[g] = (uint16_t)k;
+	}
+}
+
 int rt_steer_create(struct rt_run *run, char *err, size_t errlen)
 {
 	const struct fp_rt_config *cfg = run->cfg;
-	unsigned n = cfg->n_workers, total = 0;
+	unsigned n = cfg->n_workers;
 	struct rt_steer *s = calloc(1, sizeof(*s));
 
 	if (!s || !(s->rings = calloc((size_t)n * n, sizeof(*s->rings))) ||
@@ -185,24 +209,7 @@ int rt_steer_create(struct rt_run *run, char *err, size_t errlen)
 		atomic_init(&s->wk[i].holder, i);
 		atomic_init(&s->wk[i].home, 1);
 	}
-	/* No weights: group g to worker g % n (ethtool -X equal). Weights (ethtool -X
-	 * weight): contiguous blocks of groups, each worker's in proportion to its weight. */
-	for (unsigned i = 0; i < n; i++)
-		total += cfg->n_steer_weights ? cfg->steer_weights[i] : 1;
-	for (unsigned g = 0, k = 0; g < FP_RSS_GROUPS; g++) {
-		if (!cfg->n_steer_weights) {
-			s->table[g] = (uint16_t)(g % n);
-			continue;
-		}
-		/* the (k+1)-th worker with weight takes groups while g < its cumulative share */
-		unsigned cum = 0;
-		for (k = 0; k < n; k++) {
-			cum += cfg->steer_weights[k];
-			if ((uint64_t)g * total < (uint64_t)cum * FP_RSS_GROUPS)
-				break;
-		}
-		s->table[g] = (uint16_t)k;
-	}
+	rt_steer_first_table(cfg, s->table);
 	if (run->stats_hdr) {
 		s->shown = run->stats_hdr->groups;
 		run->stats_hdr->n_groups = FP_RSS_GROUPS;

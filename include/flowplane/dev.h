@@ -110,6 +110,33 @@ struct fp_devq *fp_xdp_queue_open(struct fp_xdp *x, unsigned queue_id, char *err
 /* Detach the program (every queue must be closed first) and free @x. */
 void fp_xdp_close(struct fp_xdp *x);
 
+/* ---- the NIC's own steering (dev/nic_rss.c) ---- */
+
+/* How ethtool commands reach a device: fp_ethtool_ioctl with @arg the interface's name
+ * (SIOCETHTOOL), or a test's fake NIC. @cmd is a struct ethtool_*; 0 or -errno. */
+struct fp_ethtool {
+	int (*call)(void *arg, void *cmd);
+	void *arg;
+};
+int fp_ethtool_ioctl(void *ifname, void *cmd);
+
+struct fp_nic_rss;   /* what the NIC had, to put back */
+
+/*
+ * Make the NIC steer as rt/steer.c's flow groups do (IX §4.4): Toeplitz with @key (40
+ * bytes), IPv4 TCP and UDP hashed over addresses and ports, and indirection entry i to
+ * queue_of_group[i % FP_RSS_GROUPS] (the table must be a multiple of 128 entries). The
+ * table is read back. NULL, with errno and one line in @why saying what the NIC lacks,
+ * when it cannot (nothing is left changed then). UDP left on addresses only is not a
+ * refusal: fp_nic_rss_udp() says so.
+ */
+struct fp_nic_rss *fp_nic_rss_program(const struct fp_ethtool *io, const uint8_t *key,
+				      const uint16_t queue_of_group[], char *why, size_t len);
+/* Put back the table, key, function and hash fields the NIC had; free @s (NULL: no-op). */
+void fp_nic_rss_restore(struct fp_nic_rss *s);
+unsigned fp_nic_rss_entries(const struct fp_nic_rss *s);   /* its table's size */
+bool fp_nic_rss_udp(const struct fp_nic_rss *s);           /* UDP hashed on ports too */
+
 /* ---- pair: two in-process queues joined back to back (tests, unprivileged) ---- */
 
 /*

@@ -58,6 +58,11 @@ enum fp_steer { FP_STEER_GROUPS = 0, FP_STEER_QUEUE };
 /* --park-queue: a parked worker's device queue is polled by another worker (lend, the
  * default: nothing waits for the parked one) or still by itself (keep) */
 enum fp_park_queue { FP_PARK_QUEUE_DEFAULT = 0, FP_PARK_QUEUE_LEND, FP_PARK_QUEUE_KEEP };
+/* --nic-steer, flow groups on xdp: program the NIC's RSS (key, hash fields, indirection
+ * table) so a group's frames arrive on its worker's queue, put back at exit (dev/nic_rss.c):
+ * where it can (auto, the default), or refuse to start where it cannot (on), or never
+ * touch it (off). Frames that land elsewhere are handed over in software either way. */
+enum fp_nic_steer { FP_NIC_STEER_AUTO = 0, FP_NIC_STEER_ON, FP_NIC_STEER_OFF };
 
 #define FP_RT_MAX_WORKERS   64
 #define FP_RT_DEFAULT_BATCH 64
@@ -110,6 +115,7 @@ struct fp_rt_config {
 					  * receives are handed over at once even when its core
 					  * runs something else; 0: off (the default) */
 	enum fp_park_queue park_queue;   /* who polls a parked worker's queue (above) */
+	enum fp_nic_steer nic_steer;     /* the NIC's own RSS table (above) */
 	double rx_drop;                  /* fault injection: drop this fraction of received
 					  * frames before the stack (counted) */
 	double rx_reorder;               /* fault injection: hold this fraction of received

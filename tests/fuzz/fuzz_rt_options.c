@@ -111,6 +111,8 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 		F(park_prio);
 	else if (!strcmp(opt, "park-queue"))
 		F(park_queue);
+	else if (!strcmp(opt, "nic-steer"))
+		F(nic_steer);
 	else if (!strcmp(opt, "xdp-mode"))
 		F(xdp.mode);
 	else if (!strcmp(opt, "xdp-copy"))
@@ -194,6 +196,7 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 	CHECK(c->burst_idle_us <= 1000000);
 	CHECK(c->park_prio <= 99);
 	CHECK(c->park_queue <= FP_PARK_QUEUE_KEEP);
+	CHECK(c->nic_steer <= FP_NIC_STEER_OFF);
 	CHECK(c->xdp.frames == 0 || (c->xdp.frames >= 64 && c->xdp.frames <= (1u << 20)));
 	CHECK(c->stack.rcv_buf == 0 || (c->stack.rcv_buf >= 4096 && c->stack.rcv_buf <= (1u << 30)));
 	CHECK(c->stack.rto_min_us == 0 ||

@@ -106,6 +106,8 @@ def test_kernel_clients_every_byte(topo, build_dir):
     assert sum(w["steer_in"] for w in ws) == out
     assert sum(w["steer_drop"] for w in ws) == 0
     assert "handed over" in srv.err and "steer:" in srv.err
+    # a veth has no RSS table: the startup line says the groups are steered in software
+    assert "steered in software, not by the NIC: it has no RSS table" in srv.err, srv.err
 
 
 def test_weights_put_every_group_on_one_worker(topo, build_dir):
@@ -181,6 +183,15 @@ def test_bad_weights_one_line(topo, build_dir):
     lines = r.stderr.strip().splitlines()
     assert r.returncode != 0 and len(lines) == 1 and "--park-queue is for workers" in lines[0], \
         lines
+    # --nic-steer on: the NIC must take the table (a veth cannot), and only flow groups ask
+    for workers, says in (("2", f"--nic-steer on: {topo.srv_if} cannot steer the flow groups: "
+                                "it has no RSS table to set"),
+                          ("1", "--nic-steer on programs the NIC for flow groups")):
+        r = topo.sh(topo.srv_ns, exe, "server", "--if", topo.srv_if, "--ip",
+                    f"{topo.fp_srv_ip}/24", "--workers", workers, "--nic-steer", "on",
+                    "--stats", "none", check=False)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode != 0 and len(lines) == 1 and says in lines[0], lines
 
 
 def test_watch_shows_the_clients_p99(topo, build_dir, tmp_path):

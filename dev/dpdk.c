@@ -14,6 +14,7 @@
 #include <rte_mbuf.h>
 
 #include <flowplane/dev.h>
+#include <flowplane/rss.h>
 
 /*
  * Step one of the DPDK backend (issue 21): correct, not yet zero-copy. The EAL gets our
@@ -44,6 +45,8 @@
 #define DPDK_MAX_ARGS  64
 #define DPDK_MP_CACHE  256u   /* mbufs per worker's mempool cache (flushed above 1.5x) */
 #define DPDK_MEMIF_WAIT_MS 5000u /* a memif client waits this long for its server */
+#define DPDK_RETA_MAX  2048u  /* the largest RSS table we program (ice's) */
+#define DPDK_KEY_MAX   64u
 
 struct fp_dpdk {
 	bool owns_eal;             /* fp_dpdk_open's: closing it cleans the EAL up */
@@ -55,6 +58,12 @@ struct fp_dpdk {
 	struct rte_eth_dev_info info;
 	struct fp_eth_addr mac;
 	uint16_t mtu;
+	/* RSS, where the PMD has it and several workers share the port (port_rss_*) */
+	bool rss;                  /* the table and key below are the port's */
+	bool rss_pending;          /* configured with our key; the table comes at start */
+	uint16_t table[FP_RSS_GROUPS]; /* group -> queue (worker): g % n_queues */
+	uint8_t rss_key[DPDK_KEY_MAX];
+	char rss_why[160];         /* why not, for the startup line */
 };
 
 struct dpdk_q {
@@ -312,6 +321,87 @@ static struct fp_dpdk *dpdk_new(const struct fp_dpdk_config *cfg)
 }
 
 /* Configure and start the @index-th port the EAL probed (0 or -1 with @err). */
+/*
+ * RSS where the PMD has it and several workers share the port, as IX's NIC steers (§4.4):
+ * Toeplitz with the symmetric key (repeated over a longer key; an IPv4 4-tuple's hash
+ * reads only its first 16 bytes), IPv4 TCP and UDP hashed over addresses and ports, and
+ * a table whose entry i names the queue of flow group i % 128 (g % n_queues): the stacks
+ * pick the ports of their outgoing connections by that table and key, so replies come
+ * home. Without it (memif, af_packet, af_xdp and tap here) a frame stays on the queue it
+ * arrived on: the peer chose it (memif pairs queue q with the peer's q).
+ */
+static void port_rss_conf(struct fp_dpdk *d, struct rte_eth_conf *conf)
+{
+	uint64_t hf = d->info.flow_type_rss_offloads &
+		      (RTE_ETH_RSS_NONFRAG_IPV4_TCP | RTE_ETH_RSS_NONFRAG_IPV4_UDP);
+	unsigned ks = d->info.hash_key_size, rs = d->info.reta_size;
+
+	if (d->n_queues < 2)
+		return;
+	if (!(hf & RTE_ETH_RSS_NONFRAG_IPV4_TCP))
+		snprintf(d->rss_why, sizeof(d->rss_why), "%s has no RSS for TCP over IPv4",
+			 d->info.driver_name);
+	else if (ks < 16 || ks > DPDK_KEY_MAX)
+		snprintf(d->rss_why, sizeof(d->rss_why), "%s's RSS key is %u bytes",
+			 d->info.driver_name, ks);
+	else if (rs < FP_RSS_GROUPS || rs % FP_RSS_GROUPS || rs > DPDK_RETA_MAX)
+		snprintf(d->rss_why, sizeof(d->rss_why), "%s's RSS table has %u entries, not a "
+			 "multiple of the %u flow groups", d->info.driver_name, rs, FP_RSS_GROUPS);
+	if (d->rss_why[0])
+		return;
+	for (unsigned i = 0; i < ks; i++)
+		d->rss_key[i] = fp_rss_key_symmetric[i % FP_RSS_KEY_LEN];
+	for (unsigned g = 0; g < FP_RSS_GROUPS; g++)
+		d->table[g] = (uint16_t)(g % d->n_queues);
+	conf->rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+	conf->rx_adv_conf.rss_conf = (struct rte_eth_rss_conf){
+		.rss_key = d->rss_key, .rss_key_len = (uint8_t)ks, .rss_hf = hf };
+	d->rss_pending = true;
+}
+
+/* The started port's table, then the table and key read back. */
+static void port_rss_table(struct fp_dpdk *d)
+{
+	static struct rte_eth_rss_reta_entry64 reta[DPDK_RETA_MAX / RTE_ETH_RETA_GROUP_SIZE];
+	uint8_t key[DPDK_KEY_MAX];
+	struct rte_eth_rss_conf rc = { .rss_key = key, .rss_key_len = sizeof(key) };
+	unsigned rs = d->info.reta_size;
+	int err;
+
+	if (!d->rss_pending)
+		return;
+	d->rss_pending = false;
+	memset(reta, 0, sizeof(reta));
+	for (unsigned i = 0; i < rs; i++) {
+		reta[i / RTE_ETH_RETA_GROUP_SIZE].mask |= 1ull << (i % RTE_ETH_RETA_GROUP_SIZE);
+		reta[i / RTE_ETH_RETA_GROUP_SIZE].reta[i % RTE_ETH_RETA_GROUP_SIZE] =
+			d->table[i % FP_RSS_GROUPS];
+	}
+	if ((err = rte_eth_dev_rss_reta_update(d->port, reta, (uint16_t)rs))) {
+		snprintf(d->rss_why, sizeof(d->rss_why), "%s refused the RSS table (%s)",
+			 d->info.driver_name, rte_strerror(-err));
+		return;
+	}
+	for (unsigned i = 0; i < rs / RTE_ETH_RETA_GROUP_SIZE; i++)
+		memset(reta[i].reta, 0xff, sizeof(reta[i].reta));
+	rc.rss_key_len = d->info.hash_key_size;
+	if (rte_eth_dev_rss_reta_query(d->port, reta, (uint16_t)rs) ||
+	    rte_eth_dev_rss_hash_conf_get(d->port, &rc) ||
+	    memcmp(key, d->rss_key, d->info.hash_key_size)) {
+		snprintf(d->rss_why, sizeof(d->rss_why), "%s did not keep the RSS key or table",
+			 d->info.driver_name);
+		return;
+	}
+	for (unsigned i = 0; i < rs; i++)
+		if (reta[i / RTE_ETH_RETA_GROUP_SIZE].reta[i % RTE_ETH_RETA_GROUP_SIZE] !=
+		    d->table[i % FP_RSS_GROUPS]) {
+			snprintf(d->rss_why, sizeof(d->rss_why), "%s did not keep the RSS table",
+				 d->info.driver_name);
+			return;
+		}
+	d->rss = true;
+}
+
 static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errlen)
 {
 	struct rte_eth_conf conf;
@@ -357,6 +447,7 @@ static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errle
 		goto fail;
 	}
 	memset(&conf, 0, sizeof(conf));
+	port_rss_conf(d, &conf);
 	if ((rc = rte_eth_dev_configure(d->port, (uint16_t)d->n_queues, (uint16_t)d->n_queues,
 					&conf))) {
 		snprintf(err, errlen, "configuring %s: %s", d->info.driver_name, rte_strerror(-rc));
@@ -393,6 +484,7 @@ static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errle
 			 "role=server on the same socket path?)");
 		goto fail;
 	}
+	port_rss_table(d);
 	rte_eth_macaddr_get(d->port, &mac);
 	memcpy(d->mac.b, mac.addr_bytes, 6);
 	if (rte_eth_dev_get_mtu(d->port, &d->mtu) || !d->mtu)
@@ -477,6 +569,12 @@ struct fp_dpdk *fp_dpdk_open_next(const struct fp_dpdk *prev, const struct fp_dp
 }
 
 const char *fp_dpdk_driver(const struct fp_dpdk *d) { return d->info.driver_name; }
+
+const uint16_t *fp_dpdk_steer_table(const struct fp_dpdk *d) { return d->rss ? d->table : NULL; }
+
+const char *fp_dpdk_rss_why(const struct fp_dpdk *d) { return d->rss_why; }
+
+unsigned fp_dpdk_rss_entries(const struct fp_dpdk *d) { return d->rss ? d->info.reta_size : 0; }
 
 void fp_dpdk_close(struct fp_dpdk *d)
 {

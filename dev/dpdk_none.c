@@ -33,4 +33,10 @@ struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned q, char *err, siz
 
 const char *fp_dpdk_driver(const struct fp_dpdk *d) { (void)d; return "none"; }
 
+const uint16_t *fp_dpdk_steer_table(const struct fp_dpdk *d) { (void)d; return NULL; }
+
+const char *fp_dpdk_rss_why(const struct fp_dpdk *d) { (void)d; return ""; }
+
+unsigned fp_dpdk_rss_entries(const struct fp_dpdk *d) { (void)d; return 0; }
+
 void fp_dpdk_close(struct fp_dpdk *d) { (void)d; }

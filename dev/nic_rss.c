@@ -37,6 +37,7 @@
 #define NIC_FIELDS_4TUPLE  (RXH_IP_SRC | RXH_IP_DST | RXH_L4_B_0_1 | RXH_L4_B_2_3)
 #define NIC_INDIR_MAX      (1u << 16)   /* far above any NIC's; bounds what we allocate */
 #define NIC_KEY_MAX        256u
+#define NIC_KEY_MIN        16u          /* a 12-byte input's hash reads key bits 0..127 */
 
 struct fp_nic_rss {
 	struct fp_ethtool io;
@@ -165,9 +166,9 @@ static int nic_rss_probe(struct fp_nic_rss *s, char *why, size_t len)
 	if (!q.indir_size || q.indir_size % FP_RSS_GROUPS || q.indir_size > NIC_INDIR_MAX)
 		return snprintf(why, len, "its indirection table has %u entries, not a multiple "
 				"of the %u flow groups", q.indir_size, FP_RSS_GROUPS), -EOPNOTSUPP;
-	if (q.key_size != FP_RSS_KEY_LEN)
-		return snprintf(why, len, "its RSS key is %u bytes, not Toeplitz's %u over IPv4",
-				q.key_size, FP_RSS_KEY_LEN), -EOPNOTSUPP;
+	if (q.key_size < NIC_KEY_MIN || q.key_size > NIC_KEY_MAX)
+		return snprintf(why, len, "its RSS key is %u bytes; Toeplitz over an IPv4 4-tuple "
+				"needs %u", q.key_size, NIC_KEY_MIN), -EOPNOTSUPP;
 	return 0;
 }
 
@@ -202,7 +203,11 @@ struct fp_nic_rss *fp_nic_rss_program(const struct fp_ethtool *io, const uint8_t
 	w->key_size = s->key_size;
 	for (uint32_t i = 0; i < s->indir_size; i++)
 		w->rss_config[i] = queue_of_group[i % FP_RSS_GROUPS];
-	memcpy(&w->rss_config[s->indir_size], key, FP_RSS_KEY_LEN);
+	/* A longer key (i40e and ice take 52 bytes) goes on cyclically: only its first 16
+	 * bytes touch an IPv4 4-tuple's hash, and the symmetric key's period divides 40. */
+	uint8_t *k = (uint8_t *)&w->rss_config[s->indir_size];
+	for (uint32_t i = 0; i < s->key_size; i++)
+		k[i] = key[i % FP_RSS_KEY_LEN];
 	if ((rc = rxfh_write(io, w, s->hfunc == NIC_HASH_TOP ? NIC_HASH_NO_CHANGE : NIC_HASH_TOP))) {
 		snprintf(why, len, "it refused the table, key or Toeplitz (ethtool -X: %s)",
 			 strerror(-rc));

@@ -58,6 +58,9 @@ struct rt_run {
 				       * (fp_app.steal: user-level threads), no shuffle layer */
 	/* flow groups in software (steer.c): xdp with several workers; NULL otherwise */
 	struct rt_steer *steer;
+	/* the device steers by flow group itself (dpdk with RSS): its group -> worker table,
+	 * with fp_rss_key_symmetric, for the stacks' choice of ports; NULL otherwise */
+	const uint16_t *dev_table;
 	/* --burst: workers burst_first.. are burstable; each has an eventfd the allocator
 	 * writes (-1 for the others); alloc_q: the homes' queue counters in the segment,
 	 * NULL without --burst */

@@ -1028,6 +1028,8 @@ static int step_dpdk(struct rt_start *s)
 		return 0;
 	s->cfg.dpdk.n_queues = s->cfg.n_workers;
 	s->dpdk = fp_dpdk_open(&s->cfg.dpdk, s->err, sizeof(s->err));
+	if (s->dpdk)
+		s->run.dev_table = fp_dpdk_steer_table(s->dpdk);
 	return s->dpdk ? 0 : errno ? -errno : -EIO;
 }
 
@@ -1212,10 +1214,17 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 	}
 	else if (c->transport == FP_TRANSPORT_PAIR)
 		snprintf(out, len, "pair from %s/%u", ip, c->prefix_len);
-	else if (c->transport == FP_TRANSPORT_DPDK)
-		snprintf(out, len, "dpdk (%s, frames copied) %s/%u, a queue pair per worker",
-			 fp_dpdk_driver(s->dpdk), ip, c->prefix_len);
-	else {
+	else if (c->transport == FP_TRANSPORT_DPDK) {
+		char rss[200] = "";
+		if (fp_dpdk_steer_table(s->dpdk))
+			snprintf(rss, sizeof(rss), "; 128 flow groups steered by the port's RSS "
+				 "table (%u entries)", fp_dpdk_rss_entries(s->dpdk));
+		else if (n > 1)
+			snprintf(rss, sizeof(rss), "; a frame stays on its queue's worker (no RSS: "
+				 "%s)", fp_dpdk_rss_why(s->dpdk));
+		snprintf(out, len, "dpdk (%s, frames copied) %s/%u, a queue pair per worker%s",
+			 fp_dpdk_driver(s->dpdk), ip, c->prefix_len, rss);
+	} else {
 		unsigned nq = s->xdp ? fp_xdp_queues(s->xdp) : n;
 		char spare[64] = "", steer[240] = "";
 		if (s->nic_rss)

@@ -900,6 +900,10 @@ static struct fp_stack *rt_stack_create(struct rt_wk *w, unsigned worker, uint32
 		sc.steer_table = rt_steer_table(w->steer);
 		if (!sc.secret)
 			sc.secret = rt_steer_secret(w->steer);
+	} else if (w->run->dev_table) {
+		sc.queue_id = (uint16_t)worker;
+		sc.rss_key = fp_rss_key_symmetric;
+		sc.steer_table = w->run->dev_table;
 	}
 	return fp_stack_create(&sc, now);
 }

@@ -124,8 +124,9 @@ struct fp_nic_rss;   /* what the NIC had, to put back */
 
 /*
  * Make the NIC steer as rt/steer.c's flow groups do (IX §4.4): Toeplitz with @key (40
- * bytes), IPv4 TCP and UDP hashed over addresses and ports, and indirection entry i to
- * queue_of_group[i % FP_RSS_GROUPS] (the table must be a multiple of 128 entries). The
+ * bytes, repeated over a longer key), IPv4 TCP and UDP hashed over addresses and ports,
+ * and indirection entry i to queue_of_group[i % FP_RSS_GROUPS] (the table must be a
+ * multiple of 128 entries). The
  * table is read back. NULL, with errno and one line in @why saying what the NIC lacks,
  * when it cannot (nothing is left changed then). UDP left on addresses only is not a
  * refusal: fp_nic_rss_udp() says so.
@@ -180,5 +181,11 @@ struct fp_dpdk *fp_dpdk_open_next(const struct fp_dpdk *prev, const struct fp_dp
 struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned q, char *err, size_t errlen);
 /* The port's driver name ("net_memif"), for the startup line. */
 const char *fp_dpdk_driver(const struct fp_dpdk *d);
+/* With several queues, RSS where the PMD has it (dpdk.c, port_rss_conf): the group ->
+ * queue table the port steers by (with fp_rss_key_symmetric), or NULL when it does not;
+ * then why not ("" with one queue), and the port's table size (0 without). */
+const uint16_t *fp_dpdk_steer_table(const struct fp_dpdk *d);
+const char *fp_dpdk_rss_why(const struct fp_dpdk *d);
+unsigned fp_dpdk_rss_entries(const struct fp_dpdk *d);
 /* Stop the port (every queue closed first) and clean up the EAL. */
 void fp_dpdk_close(struct fp_dpdk *d);

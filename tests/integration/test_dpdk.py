@@ -91,6 +91,28 @@ def test_echo_over_memif(build_dir, sockdir):
     assert "dpdk (net_memif, frames copied)" in err and "naps <= 100 us" in err, err
 
 
+def test_two_workers_over_memif(build_dir, sockdir):
+    """Two workers a side: memif pairs queue q with the peer's q, so each client worker's
+    connections are served by the server worker of the same queue; memif has no RSS, and
+    the startup line says a frame stays on its queue's worker and why."""
+    if not have_dpdk(build_dir):
+        pytest.skip("no libdpdk-dev: test_dpdk_absent_says_how covers this build")
+    sock = os.path.join(sockdir, "fp2.sock")
+    srv = MemifServer(build_dir, sock, "--workers", "2")
+    try:
+        out = os.path.join(sockdir, "r.json")
+        for size in ("64", "100000"):
+            r = client(build_dir, sock, "--workers", "2", "--size", size, "--conns", "4",
+                       "--duration", "1", "--warmup", "0.2", "--json", out)
+            assert r.returncode == 0, r.stderr
+            res = json.load(open(out))
+            assert res["messages"] > 0 and res["errors"] == 0, (size, res)
+    finally:
+        rc, err = srv.stop()
+    assert rc == 0, err
+    assert "a frame stays on its queue's worker (no RSS: net_memif has no RSS" in err, err
+
+
 def test_idle_dpdk_worker_naps(build_dir, sockdir):
     """With nothing to do, a DPDK worker sleeps in naps (its sleeps count grows) instead of
     polling its core away, and still answers when traffic comes back; --idle poll and

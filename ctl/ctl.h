@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include <flowplane/rt_stats.h>
@@ -179,12 +180,25 @@ double ctl_batch_end(struct ctl_batch *b);
 
 /* ---- the loop (loop.c) ---- */
 
+/* ---- the clients' latency (client.c): fp-loadgen's stderr, followed as it is written ---- */
+
+struct ctl_client {
+	FILE *f;                     /* opened by the caller */
+	char part[512];              /* a line not yet ended */
+	size_t n_part;
+	unsigned point, points;      /* the last point reported; 0: none yet */
+	double p99_us;
+};
+/* Read what was appended since the last call; keep the last point's figures. */
+void ctl_client_read(struct ctl_client *c);
+
 struct ctl_run_opts {
 	struct ctl_policy policy;
 	double seconds;              /* stop after this long; 0: until interrupted */
 	const char *log_path;        /* JSON lines, one per tick; NULL: none */
 	bool quiet;                  /* no line per change on stdout */
 	const char *batch;           /* --batch CMD: IX's consolidation; NULL: none */
+	const char *client_path;     /* --client FILE: fp-loadgen's stderr, its p99 in the log */
 };
 
 /* Run the loop against run @name: 0 at the end (time up, interrupted, the run gone), 1 when

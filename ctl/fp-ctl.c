@@ -17,7 +17,8 @@
  *                                       says how long the move took
  *   fp-ctl park NAME WORKER             stop a worker that owns no group from polling
  *   fp-ctl unpark NAME WORKER           let it poll again (it gets groups by moves)
- *   fp-ctl run NAME [OPTIONS]           the control loop (loop.c, policy.c)
+ *   fp-ctl run NAME [OPTIONS]           the control loop (loop.c, policy.c); --client FILE
+ *                                       logs the clients' p99 (client.c) with each tick
  *   fp-ctl watch NAME [COUNT] [--power FILE] [--client FILE]
  *                                       every 100 ms, per worker: its groups, IX's metrics
  *                                       (tau, Q, queueing delay, idle share), ops/s, time
@@ -36,7 +37,7 @@ static void usage(FILE *f)
 		   "       fp-ctl move NAME GROUP WORKER\n"
 		   "       fp-ctl park NAME WORKER | fp-ctl unpark NAME WORKER\n"
 		   "       fp-ctl run NAME [--policy FILE] [--seconds S] [--log FILE] [--quiet]\n"
-		   "                       [--batch CMD]\n"
+		   "                       [--batch CMD] [--client FILE]\n"
 		   "       fp-ctl watch NAME [COUNT] [--power FILE] [--client FILE]\n"
 		   "       fp-ctl alloc NAME... [--interval-us US] [--seconds S] [--core C] [--sleep]\n"
 		   "                    [--batch CMD] [--json]\n"
@@ -60,7 +61,9 @@ static void usage(FILE *f)
 		   "           (interval_ms, delay_max_us, up_ewma, down_ewma (1/2, 1/8 or 1/32),\n"
 		   "           idle_margin, min_workers, max_workers, down_hold_ms; ctl/README.md);\n"
 		   "           --seconds S: stop after S seconds (default: at SIGINT/SIGTERM or\n"
-		   "           when the run stops); --log FILE: one JSON line per tick; --quiet:\n"
+		   "           when the run stops); --log FILE: one JSON line per tick (with\n"
+		   "           --client FILE, fp-loadgen's stderr as it writes it, the clients'\n"
+		   "           p99 of its last point in each line); --quiet:\n"
 		   "           no line per change; --batch CMD: IX's consolidation: run CMD (sh -c)\n"
 		   "           on the parked workers' cores, held there by a cpuset cgroup (v2,\n"
 		   "           else v1; else CPU affinity), stopped while none is spare, given a\n"
@@ -216,59 +219,13 @@ static long long rapl_uj(void)
 	return v;
 }
 
-/*
- * --client FILE: the latency the clients see, from fp-loadgen's progress lines (its stderr,
- * one line per point: "fp-loadgen: point N/M ... p99 X us ...") as they are appended to
- * FILE. The runtime cannot see a request's time in the NIC's queue, nor the wire's; the
- * generator measures from each request's scheduled send. Each tick reads what was added
- * and keeps the last whole line's figures.
- */
-struct client_tail {
-	FILE *f;
-	char part[512];               /* a line not yet ended */
-	size_t n_part;
-	unsigned point, points;       /* the last point reported; 0: none yet */
-	double p99_us;
-};
-
-static void client_line(struct client_tail *c, const char *line)
-{
-	unsigned i, n;
-	const char *p99 = strstr(line, "  p99 ");
-	double v;
-
-	if (sscanf(line, "fp-loadgen: point %u/%u", &i, &n) == 2 && p99 &&
-	    sscanf(p99, "  p99 %lf us", &v) == 1) {
-		c->point = i;
-		c->points = n;
-		c->p99_us = v;
-	}
-}
-
-static void client_read(struct client_tail *c)
-{
-	int ch;
-
-	clearerr(c->f);   /* the writer may have added more since the last end of file */
-	while ((ch = fgetc(c->f)) != EOF) {
-		if (ch != '\n') {
-			if (c->n_part < sizeof(c->part) - 1)
-				c->part[c->n_part++] = (char)ch;
-			continue;
-		}
-		c->part[c->n_part] = '\0';
-		client_line(c, c->part);
-		c->n_part = 0;
-	}
-}
-
 /* fp-ctl watch NAME [COUNT] [--power FILE] [--client FILE]: IX's metrics, the load and the
  * watts (RAPL's where the machine has it; the power model's with --power), and the
  * clients' p99 (--client), every 100 ms. */
 static int cmd_watch(int argc, char **argv)
 {
 	const char *name = argv[2], *counts = NULL, *power = NULL, *client = NULL;
-	struct client_tail ct = { 0 };
+	struct ctl_client ct = { 0 };
 	struct ctl_power pw;
 	unsigned count = 0;
 
@@ -367,7 +324,7 @@ static int cmd_watch(int argc, char **argv)
 			printf(", %.1f W modelled (%s at its nominal clock; a core asleep at C6, "
 			       "awake at full power)", ctl_power_watts(&pw, n, asleep), power);
 		if (ct.f) {
-			client_read(&ct);
+			ctl_client_read(&ct);
 			if (ct.point)
 				printf(", clients' p99 %.1f us (fp-loadgen point %u/%u)", ct.p99_us,
 				       ct.point, ct.points);
@@ -447,6 +404,8 @@ static int cmd_run(int argc, char **argv)
 			}
 		} else if (!strcmp(a, "--log") && more) {
 			o.log_path = argv[++i];
+		} else if (!strcmp(a, "--client") && more) {
+			o.client_path = argv[++i];
 		} else if (!strcmp(a, "--batch") && more) {
 			o.batch = argv[++i];
 			if (!*o.batch) {
@@ -465,6 +424,11 @@ static int cmd_run(int argc, char **argv)
 	}
 	if (!name) {
 		fprintf(stderr, "fp-ctl: run: which run? fp-ctl run NAME (its --stats name)\n");
+		return 2;
+	}
+	if (o.client_path && !o.log_path) {
+		fprintf(stderr, "fp-ctl: run: --client puts the clients' p99 in the log: give "
+			"--log FILE too\n");
 		return 2;
 	}
 	return ctl_loop(name, &o);

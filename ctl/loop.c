@@ -27,6 +27,7 @@ struct loop {
 	int draining;
 	double t0, last_change;
 	FILE *log;
+	struct ctl_client client;     /* --client: fp-loadgen's stderr */
 	unsigned ups, downs, moves, move_refusals;
 	double active_ms[CTL_MAX_WORKERS + 1];   /* time spent with k workers polling */
 	/* --batch: the job on the parked workers' cores */
@@ -221,6 +222,14 @@ static void log_tick(struct loop *l, const struct ctl_view *v, const struct ctl_
 	if (l->has_batch)
 		fprintf(l->log, ", \"batch_cpus\": \"0x%llx\", \"batch_stopped\": %d",
 			(unsigned long long)l->batch.cpus, l->batch.stopped);
+	if (l->client.f) {
+		ctl_client_read(&l->client);
+		if (l->client.point)
+			fprintf(l->log, ", \"client_p99_us\": %.1f, \"client_point\": %u",
+				l->client.p99_us, l->client.point);
+		else
+			fprintf(l->log, ", \"client_p99_us\": null, \"client_point\": 0");
+	}
 	fprintf(l->log, "}\n");
 	fflush(l->log);
 }
@@ -273,6 +282,12 @@ int ctl_loop(const char *name, const struct ctl_run_opts *o)
 	l.n = l.h->n_workers < CTL_MAX_WORKERS ? l.h->n_workers : CTL_MAX_WORKERS;
 	if (o->log_path && !(l.log = fopen(o->log_path, "w"))) {
 		fprintf(stderr, "fp-ctl: cannot write %s: %s\n", o->log_path, strerror(errno));
+		return 1;
+	}
+	if (o->client_path && !(l.client.f = fopen(o->client_path, "r"))) {
+		fprintf(stderr, "fp-ctl: run: --client %s: %s (fp-loadgen's stderr, e.g. "
+			"fp-loadgen ... 2> FILE)\n", o->client_path, strerror(errno));
+		fclose(l.log);
 		return 1;
 	}
 	for (unsigned w = 0; w < l.n; w++)
@@ -348,5 +363,7 @@ int ctl_loop(const char *name, const struct ctl_run_opts *o)
 	}
 	if (l.log)
 		fclose(l.log);
+	if (l.client.f)
+		fclose(l.client.f);
 	return ret;
 }

@@ -212,12 +212,23 @@ def test_watch_shows_the_clients_p99(topo, build_dir, tmp_path):
                 wait_for(lambda: "fp-loadgen: point" in log.read_text(),
                          "fp-loadgen's first point", 60)
                 out = fp_ctl(build_dir, "watch", srv.stats, 3, "--client", log).stdout
+                # fp-ctl run --client: the same p99 in every line of its log
+                r = fp_ctl(build_dir, "run", srv.stats, "--seconds", "0.5", "--quiet", "--log",
+                           tmp_path / "run.jsonl", "--client", log)
+                assert r.returncode == 0, r.stderr
             finally:
                 assert p.wait(60) == 0, log.read_text()
     alls = [l for l in out.splitlines() if l.split()[0] == "all"]
     assert len(alls) == 3, out
     seen = [re.search(r"clients' p99 ([0-9.]+) us \(fp-loadgen point (\d)/4\)", l) for l in alls]
     assert all(seen) and all(float(m.group(1)) > 0 for m in seen), alls
+    ticks = [json.loads(l) for l in (tmp_path / "run.jsonl").read_text().splitlines()]
+    assert len(ticks) >= 3 and all(t["client_p99_us"] > 0 and 1 <= t["client_point"] <= 4
+                                   for t in ticks), ticks
+    # --client without --log has nowhere to go: one line, bad arguments
+    r = fp_ctl(build_dir, "run", "nosuch", "--client", log)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "give --log FILE too" in r.stderr, r.stderr
 
 
 def test_spare_queues_are_polled(topo, build_dir):

@@ -15,7 +15,10 @@ and split by the source file each instruction came from, inlined code by its own
     sudo .venv/bin/python bench/request_cost.py [--apps echo,kv] [--window 5] [--out DIR]
 
 --apps echo-threads,kv-threads: the same servers written with user-level threads and
-blocking sockets (issue 19), their thread code a layer of its own.
+blocking sockets (issue 19), their thread code a layer of its own. --apps echo-native:
+the echo server written on the native API (fp-echo server --native), as IX's echo server
+was, without the event-callback layer; its requests are counted by echo_recv (once per
+message received).
 
 Writes DIR/request_cost.json and DIR/request_cost.md (default results/request_cost/).
 """
@@ -57,8 +60,11 @@ LAYERS = [
 ]
 # each app's per-request function; the -threads apps are the same servers written with
 # user-level threads (fp-echo server --threads, fp-kv --style threads)
+# user-level threads (fp-echo server --threads, fp-kv --style threads); echo-native is the
+# echo written on the native API (fp-echo server --native, as IX's was), one echo_recv
+# per message received
 MARKER = {"echo": "srv_read", "kv": "process_line", "echo-threads": "fp_tsock_write",
-          "kv-threads": "process_line"}
+          "kv-threads": "process_line", "echo-native": "echo_recv"}
 
 
 def layer_of(obj, fil, fn):
@@ -153,7 +159,8 @@ def one(app, a, build, tmp):
     run_s = a.settle + a.window + 4
     if app.startswith("echo"):
         exe = str(build / "apps" / "echo" / "fp-echo")
-        srv = [exe, "server", *(["--threads"] if app == "echo-threads" else []), *srv_rt]
+        flag = {"echo-threads": ["--threads"], "echo-native": ["--native"]}.get(app, [])
+        srv = [exe, "server", *flag, *srv_rt]
         cli = [exe, "client", "--server", "10.99.0.1", "--conns", str(a.conns), "--size", "64",
                "--rounds", "0", "--duration", str(run_s), "--warmup", "0", "--idle", "poll",
                *cli_rt]
@@ -234,7 +241,7 @@ def table(r):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--apps", default="echo,kv", help="comma-separated: echo, kv, "
-                    "echo-threads, kv-threads (default echo,kv)")
+                    "echo-threads, kv-threads, echo-native (default echo,kv)")
     ap.add_argument("--conns", type=int, default=16, help="client connections, one request "
                     "in flight each (default 16)")
     ap.add_argument("--settle", type=float, default=4.0, help="seconds of load before the "

@@ -27,6 +27,7 @@ enum {
 static const struct option server_opts[] = {
 	{ "port", required_argument, NULL, OPT_PORT },
 	{ "udp", no_argument, NULL, OPT_UDP },
+	{ "native", no_argument, NULL, OPT_NATIVE },
 	{ "threads", no_argument, NULL, OPT_THREADS },
 	{ "pthreads", no_argument, NULL, OPT_PTHREADS },
 	{ "help", no_argument, NULL, OPT_HELP },
@@ -88,9 +89,14 @@ static const char usage_spin[] =
 	"                        against (--ip and the first of --cores apply)\n";
 
 static const char usage_server[] =
-	"usage: fp-echo server [--port P] [--udp | --threads | --pthreads] [runtime options]\n"
+	"usage: fp-echo server [--port P] [--udp | --native | --threads | --pthreads]\n"
+	"                      [runtime options]\n"
 	"  --port P              TCP (and UDP) port to echo on (default 7)\n"
 	"  --udp                 also echo UDP datagrams on the same port\n"
+	"  --native              written on the native API (api.h), as IX's echo server was,\n"
+	"                        instead of the event-callback layer: each batch's bytes\n"
+	"                        copied once and offered back in one SENDV; steal-safe\n"
+	"                        (TCP only)\n"
 	"  --threads             written with user-level threads and blocking sockets\n"
 	"                        (tsock.h): a thread per connection reads and writes back\n"
 	"                        (TCP only)\n"
@@ -310,17 +316,17 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "server")) {
 		o.mode = ECHO_SERVER;
 		parse(&o, argc - 1, argv + 1, server_opts, usage_server);
-		if ((o.threads || o.pthreads) && o.udp) {
-			fprintf(stderr, "fp-echo: server: --threads and --pthreads serve TCP only: "
-				"drop --udp\n");
+		if ((o.threads || o.pthreads || o.native) && o.udp) {
+			fprintf(stderr, "fp-echo: server: --native, --threads and --pthreads serve "
+				"TCP only: drop --udp\n");
 			return 2;
 		}
-		if (o.threads && o.pthreads) {
-			fprintf(stderr, "fp-echo: server: --threads or --pthreads, not both\n");
+		if (o.native + o.threads + o.pthreads > 1) {
+			fprintf(stderr, "fp-echo: server: one of --native, --threads, --pthreads\n");
 			return 2;
 		}
 		return o.pthreads ? echo_pthreads_run(&o) : o.threads ? echo_tserver_run(&o)
-				  : echo_server_run(&o);
+		       : o.native ? echo_spin_native_run(&o) : echo_server_run(&o);
 	}
 	if (!strcmp(cmd, "spin")) {
 		o.mode = ECHO_SPIN;

@@ -50,7 +50,7 @@ struct echo_opts {
 	/* server, spin */
 	uint16_t port;
 	bool udp;
-	bool native;                    /* spin: the native-API server (steal-safe) */
+	bool native;                    /* server, spin: the native-API server (steal-safe) */
 	bool threads;                   /* server, spin: user-level threads, blocking sockets */
 	bool pthreads;                  /* server, spin: Linux threads and sockets (the peer) */
 	/* client, pingpong */
@@ -91,4 +91,5 @@ int echo_tspin_run(const struct echo_opts *o);      /* spin --threads (tserver.c
 int echo_pthreads_run(const struct echo_opts *o);   /* server, spin --pthreads (pthreads.c) */
 int echo_client_run(const struct echo_opts *o);    /* client and pingpong */
 int echo_spin_run(const struct echo_opts *o);      /* fp-loadgen's spin protocol (spin.c) */
-int echo_spin_native_run(const struct echo_opts *o); /* the same on api.h (spin_native.c) */
+int echo_spin_native_run(const struct echo_opts *o); /* the same on api.h, and server
+							* --native's echo (spin_native.c) */

@@ -1,4 +1,4 @@
-/* spin_native.c: fp-echo spin --native: the spin server on the native API, steal-safe for --sched steal. */
+/* spin_native.c: fp-echo spin --native and server --native: the spin and echo servers on the native API, steal-safe for --sched steal. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +23,12 @@
  *   - EOF or DEAD: what is left goes out, then CLOSE; the state is freed when CLOSE's
  *     return comes back, so no queued SENDV can point into freed memory.
  *
+ * fp-echo server --native is the same connection with the echo for a protocol: RECV's bytes
+ * are appended to the output (one copy) and released at once; the batch's SENDV offers
+ * them back. IX's echo server was written this way, on its native API, so this is the
+ * one to hold against IX's cost per message (bench/request_cost.py --apps echo-native):
+ * the event-callback layer (server.c) adds its own.
+ *
  * A worker keeps a list of the connections it accepted (for fini): KNOCK adds to it and
  * the return of CLOSE or ABORT removes from it, and under --sched steal both happen on
  * the home worker (a closed flow's last returns go home, rt/steal.c). A flow that moves
@@ -43,6 +49,7 @@ struct nconn {
 
 struct nlist {
 	struct nconn *head;
+	bool echo;                    /* server --native: echo what arrives */
 };
 
 static void list_add(struct nlist *l, struct nconn *c)
@@ -127,6 +134,21 @@ static void serve(struct fp_ctx *ctx, struct nconn *c)
 	c->in_len -= off;
 }
 
+/* server --native: RECV's bytes go back as they came, after what is still unsent. Not
+ * inlined: bench/request_cost.py counts the messages by its calls. */
+static void __attribute__((noinline)) echo_recv(struct fp_ctx *ctx, const struct fp_cond *k, struct nconn *c)
+{
+	if (!c->closing && reserve(&c->out, &c->out_cap, c->out_len + k->len)) {
+		memcpy(c->out + c->out_len, k->data, k->len);
+		c->out_len += k->len;
+		c->want_send = true;
+		fp_ctx_count(ctx, 1, 0);
+	} else if (!c->closing) {
+		conn_abort(ctx, c);
+	}
+	fp_recv_done(ctx, k->flow, k->len);
+}
+
 static void on_ret(struct fp_ctx *ctx, const struct fp_call *r)
 {
 	struct nconn *c = (struct nconn *)(uintptr_t)r->cookie;
@@ -158,6 +180,10 @@ static void on_cond(struct fp_ctx *ctx, const struct fp_cond *k, struct nconn *c
 		fp_accept(ctx, k->flow, (uint64_t)(uintptr_t)c);
 		return;
 	case FP_COND_RECV:
+		if (((struct nlist *)fp_ctx_user(ctx))->echo) {
+			echo_recv(ctx, k, c);
+			return;
+		}
 		if (c->closing || !reserve(&c->in, &c->in_cap, c->in_len + k->len)) {
 			fp_recv_done(ctx, k->flow, k->len);
 			if (!c->closing)
@@ -238,6 +264,7 @@ static int spin_init(struct fp_ctx *ctx, void *arg)
 
 	if (!l)
 		return -ENOMEM;
+	l->echo = o->mode == ECHO_SERVER;
 	fp_ctx_set_user(ctx, l);
 	fp_listen(ctx, o->port, 0);
 	return 0;
@@ -275,7 +302,7 @@ static void spin_arrive(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cooki
 int echo_spin_native_run(const struct echo_opts *o)
 {
 	struct fp_app app = {
-		.name = "fp-echo spin --native",
+		.name = o->mode == ECHO_SERVER ? "fp-echo server --native" : "fp-echo spin --native",
 		.init = spin_init,
 		.handle = spin_handle,
 		.fini = spin_fini,

@@ -122,13 +122,32 @@ def fp_pserver(build_dir):
     yield from serving(build_dir, ["server", "--pthreads", "--cores", SERVER_CORE])
 
 
-@pytest.fixture(params=["events", "threads", "threads-stolen", "pthreads"])
+@pytest.fixture(scope="module")
+def fp_nserver(build_dir):
+    """`fp-echo server --native` (api.h, as IX's echo server was written)."""
+    yield from serving(build_dir, ["server", "--native", "--net", "kernel", "--stats", "none",
+                                   "--cores", SERVER_CORE])
+
+
+@pytest.fixture(scope="module")
+def fp_nserver_stolen(build_dir):
+    """The same, steal-safe, on two workers under --sched steal with FP_RT_STEAL_FORCE:
+    every batch of every connection runs on the other worker, its calls at home."""
+    yield from serving(build_dir, ["server", "--native", "--net", "kernel", "--stats", "none",
+                                   "--workers", "2", "--cores", f"{SERVER_CORE},{CLIENT_CORE}",
+                                   "--sched", "steal"], env={"FP_RT_STEAL_FORCE": "1"})
+
+
+@pytest.fixture(params=["events", "threads", "threads-stolen", "pthreads", "native",
+                        "native-stolen"])
 def tcp_server(request):
-    """The echo server three ways: event callbacks (evl.h), user-level threads (tsock.h;
-    also with every thread stolen), and the Linux-threads peer."""
+    """The echo server four ways: event callbacks (evl.h), user-level threads (tsock.h;
+    also with every thread stolen), the Linux-threads peer, and the native API (also with
+    every batch stolen)."""
     return request.getfixturevalue({"events": "fp_server", "threads": "fp_tserver",
                                     "threads-stolen": "fp_tserver_stolen",
-                                    "pthreads": "fp_pserver"}[request.param])
+                                    "pthreads": "fp_pserver", "native": "fp_nserver",
+                                    "native-stolen": "fp_nserver_stolen"}[request.param])
 
 
 def test_threads_server_streams(any_tserver):
@@ -206,7 +225,9 @@ def test_threads_and_udp_refused(build_dir):
     r = run([exe(build_dir), "server", "--threads", "--udp", "--net", "kernel", "--ip", HOST])
     assert r.returncode == 2 and "serve TCP only" in r.stderr, r.stderr
     r = run([exe(build_dir), "server", "--threads", "--pthreads", "--ip", HOST])
-    assert r.returncode == 2 and "not both" in r.stderr, r.stderr
+    assert r.returncode == 2 and "one of --native, --threads" in r.stderr, r.stderr
+    r = run([exe(build_dir), "server", "--native", "--udp", "--ip", HOST])
+    assert r.returncode == 2 and "serve TCP only" in r.stderr, r.stderr
     r = run([exe(build_dir), "spin", "--native", "--pthreads", "--ip", HOST])
     assert r.returncode == 2 and "one of --native" in r.stderr, r.stderr
 

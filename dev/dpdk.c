@@ -463,13 +463,13 @@ static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errle
 			goto fail;
 		}
 	}
+	bool memif = !strcmp(d->info.driver_name, "net_memif");
 	um = umask(077);
 	rc = rte_eth_dev_start(d->port);
 	/* A memif client starts by connecting to its server's socket, which refuses while the
 	 * server is not up yet or has not yet taken the last client's disconnect (its listen
 	 * backlog is one): wait for it a while, as a client of any server would. */
-	for (unsigned t = 0; rc && !strcmp(d->info.driver_name, "net_memif") &&
-			     t < DPDK_MEMIF_WAIT_MS / 50; t++) {
+	for (unsigned t = 0; rc && memif && t < DPDK_MEMIF_WAIT_MS / 50; t++) {
 		if (t == 0)
 			fprintf(stderr, "flowplane: dpdk: waiting up to %u s for the memif peer\n",
 				DPDK_MEMIF_WAIT_MS / 1000);
@@ -479,9 +479,8 @@ static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errle
 	umask(um);
 	if (rc) {
 		snprintf(err, errlen, "starting %s: %s%s", d->info.driver_name, rte_strerror(-rc),
-			 strcmp(d->info.driver_name, "net_memif") ? "" :
-			 " (no memif server accepted at the socket: is it running, with "
-			 "role=server on the same socket path?)");
+			 !memif ? "" : " (no memif server accepted at the socket: is it running, "
+			 "with role=server on the same socket path?)");
 		goto fail;
 	}
 	port_rss_table(d);

@@ -180,14 +180,8 @@ static int emit_fast(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf 
 	uint8_t *th = f + FP_ETH_HDR_LEN + FP_IPV4_HDR_LEN;
 	fp_eth_emit(f, FP_ETH_HDR_LEN, mac, &st->cfg.mac, FP_ETH_TYPE_IPV4);
 	ipv4_hdr(st, f + FP_ETH_HDR_LEN, c->raddr, FP_IPPROTO_TCP, l4);
-	fp_put_be16(th, c->lport);
-	fp_put_be16(th + 2, c->rport);
-	fp_put_be32(th + 4, seq);
-	fp_put_be32(th + 8, (flags & FP_TCP_ACK) ? c->rcv_nxt : 0);
-	th[12] = (uint8_t)(hl / 4 << 4);
-	th[13] = flags;
-	fp_put_be16(th + 14, wnd);
-	memset(th + 16, 0, 4); /* checksum, urgent pointer */
+	fp_tcp_put_hdr(th, c->lport, c->rport, seq, (flags & FP_TCP_ACK) ? c->rcv_nxt : 0, hl, flags,
+		       wnd, 0);
 	if (ts) {
 		fp_put_be32(th + 20, (uint32_t)FP_TCP_OPT_NOP << 24 | FP_TCP_OPT_NOP << 16 |
 					     FP_TCP_OPT_TS << 8 | 10);

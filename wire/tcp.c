@@ -208,16 +208,7 @@ size_t fp_tcp_emit(uint8_t *buf, size_t cap, const struct fp_tcp *t)
 	size_t hdr_len = FP_TCP_HDR_LEN + olen;
 	if (olen > TCP_MAX_OPTS || cap < hdr_len)
 		return 0;
-	fp_put_be16(buf, t->sport);
-	fp_put_be16(buf + 2, t->dport);
-	fp_put_be32(buf + 4, t->seq);
-	fp_put_be32(buf + 8, t->ack);
-	buf[12] = (uint8_t)(hdr_len / 4 << 4);
-	buf[13] = t->flags;
-	fp_put_be16(buf + 14, t->wnd);
-	buf[16] = 0;
-	buf[17] = 0;
-	fp_put_be16(buf + 18, t->urg);
+	fp_tcp_put_hdr(buf, t->sport, t->dport, t->seq, t->ack, hdr_len, t->flags, t->wnd, t->urg);
 	emit_opts(buf + FP_TCP_HDR_LEN, &t->opt);
 	return hdr_len;
 }

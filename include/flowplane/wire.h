@@ -296,3 +296,22 @@ static inline void fp_put_be32(uint8_t *p, uint32_t v)
 	v = FP_BE32(v);
 	__builtin_memcpy(p, &v, 4);
 }
+
+/* The fixed 20 bytes of a TCP header at @b, checksum 0, urgent pointer @urg; @hdr_len with
+ * options (a multiple of 4). fp_tcp_emit writes its header with it, and so does the stack's
+ * one-pass segment (net/tcp_output.c, emit_fast), which skips struct fp_tcp. */
+static inline void fp_tcp_put_hdr(uint8_t *b, uint16_t sport, uint16_t dport, uint32_t seq,
+				  uint32_t ack, size_t hdr_len, uint8_t flags, uint16_t wnd,
+				  uint16_t urg)
+{
+	fp_put_be16(b, sport);
+	fp_put_be16(b + 2, dport);
+	fp_put_be32(b + 4, seq);
+	fp_put_be32(b + 8, ack);
+	b[12] = (uint8_t)(hdr_len / 4 << 4);
+	b[13] = flags;
+	fp_put_be16(b + 14, wnd);
+	b[16] = 0;
+	b[17] = 0;
+	fp_put_be16(b + 18, urg);
+}

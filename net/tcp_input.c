@@ -405,8 +405,11 @@ static void new_ack(struct fp_stack *st, struct fp_tcp_conn *c, uint32_t ack,
 	else
 		tcp_rtx_arm(st, c);
 	if (data) {
+		bool blocked = c->flags & TCP_CF_WANT_SEND;
+
 		c->flags &= ~TCP_CF_WANT_SEND;
-		tcp_event(st, c, FP_EV_TCP_SENT, 0, data, NULL);
+		if (blocked || !st->cfg.sent_when_blocked)
+			tcp_event(st, c, FP_EV_TCP_SENT, 0, data, NULL);
 	}
 }
 

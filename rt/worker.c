@@ -892,7 +892,10 @@ static struct fp_stack *rt_stack_create(struct rt_wk *w, unsigned worker, uint32
 	}
 	/* IX's outbound trick: ephemeral ports whose replies hash back to our queue, or with
 	 * flow groups, whose group is ours (steer.c's key and table). */
-	sc.queue_id = w->q->queue_id;
+	/* SENT means what it means on the kernel transport: room again after a short send
+	 * (evl and the native servers act on nothing else); one condition less per reply */
+	sc.sent_when_blocked = true;
+		sc.queue_id = w->q->queue_id;
 	sc.n_queues = n_queues;
 	if (w->steer) {
 		sc.queue_id = (uint16_t)worker;

@@ -42,8 +42,10 @@ enum fp_cond_type {
 			     * (then @flow is dead: release it with fp_close) */
 	FP_COND_RECV,       /* in-order bytes: @data/@len, inside @m; valid until fp_recv_done()
 			     * has covered them */
-	FP_COND_SENT,       /* @len bytes newly acknowledged (0 when the transport cannot tell);
-			     * @window: bytes fp_sendv() would take now */
+	FP_COND_SENT,       /* an fp_sendv() took less than offered, and the transport has
+			     * room again: @window bytes fp_sendv() would take now; @len bytes
+			     * newly acknowledged (0 when the transport cannot tell). Only
+			     * after a short send (both transports) */
 	FP_COND_EOF,        /* the peer closed its sending side: no more RECV */
 	FP_COND_DEAD,       /* reset (-ECONNRESET), timed out (-ETIMEDOUT) or failed; release
 			     * with fp_close(); no more conditions for this flow */

@@ -94,6 +94,10 @@ struct fp_stack_config {
 	bool nagle;                  /* off by default: the API already batches */
 	bool no_timestamps;          /* do not offer RFC 7323 timestamps */
 	bool no_sack;                /* do not offer SACK */
+	bool sent_when_blocked;      /* FP_EV_TCP_SENT only for a conn whose last send was cut
+				      * short (fp_tcp_sendv took less than offered): the
+				      * runtime's SENT, as its kernel transport's; false: also
+				      * for every ACK of new data, with the bytes acked */
 	uint32_t arp_timeout_us;
 	uint32_t arp_queue;
 	uint32_t icmp_per_sec;

@@ -1787,6 +1787,36 @@ static void test_send_limited_by_peer_window(void **state)
 	t_expect_none(h);
 }
 
+/* net.h sent_when_blocked (the runtime's setting, its kernel transport's meaning): an ACK
+ * of data raises SENT only for a conn whose send was cut short; a send that was taken
+ * whole hears nothing when it is acknowledged. */
+static void test_sent_only_after_a_short_send(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct fp_event ev;
+	struct fp_stack_config cfg = nh_config(h);
+
+	cfg.rcv_buf = T_RCVBUF;
+	cfg.sent_when_blocked = true;
+	t_restart(h, &cfg);
+	struct fp_tcp_conn *c = t_conn(h, t_est());
+	assert_int_equal(fp_tcp_send(h->st, c, t_pat, 600), 600);   /* taken whole */
+	t_expect(h, &p, ACK | PSH, S, R, T_RCVBUF, 600);
+	t_send(h, ACK, R, S + 600, NULL, 0);
+	t_expect_none(h);
+	t_no_event(h);
+	size_t n = fp_tcp_sendable(h->st, c);                          /* cwnd's */
+	assert_true(n > 0 && n < sizeof(t_pat));
+	assert_int_equal(fp_tcp_send(h->st, c, t_pat, sizeof(t_pat)), n); /* cut short */
+	assert_int_equal(nh_drain(h), (n + 1459) / 1460);
+	t_no_event(h);
+	t_send(h, ACK, R, S + 600 + (uint32_t)n, NULL, 0);
+	t_event(h, &ev, FP_EV_TCP_SENT, 0);
+	assert_int_equal(ev.len, n);
+	t_no_event(h);
+}
+
 /* RFC 5681 §3.1: no more than cwnd in flight; segments of SMSS, PSH on the last. */
 static void test_send_limited_by_cwnd(void **state)
 {
@@ -3181,6 +3211,7 @@ int main(void)
 		T(test_advertised_window_shrinks_as_data_held),
 		/* sending */
 		T(test_send_limited_by_peer_window),
+		T(test_sent_only_after_a_short_send),
 		T(test_send_limited_by_cwnd),
 		T(test_zero_peer_window_persist_probe),
 		T(test_answered_zero_window_probes_never_time_out),

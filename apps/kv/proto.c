@@ -111,6 +111,16 @@ void kv_out_value(struct kv_conn *c, const char *hdr, size_t hlen, const uint8_t
 	stage_copy(c, "\r\n", 2);
 }
 
+/* The last VALUE of a get line and the END after it, in one copy. */
+static void out_value_end(struct kv_conn *c, const char *hdr, size_t hlen, const uint8_t *val,
+			  size_t vlen)
+{
+	if (c->noreply)
+		return;
+	kv_out_ref(c, hdr, hlen, val, vlen);
+	stage_copy(c, "\r\nEND\r\n", 7);
+}
+
 static void stage_reset(struct kv_conn *c)
 {
 	c->stage->n = 0;
@@ -387,7 +397,7 @@ void kv_swallow(struct kv_conn *c, uint64_t n)
 /* ---- the get family ---- */
 
 /* One hit: VALUE key flags bytes [cas], the value (room was checked). */
-static void get_emit(struct kv_conn *c, const struct kv_item_view *v, bool cas)
+static void get_emit(struct kv_conn *c, const struct kv_item_view *v, bool cas, bool end)
 {
 	char hdr[KV_KEY_MAX + 80], *p = hdr;
 
@@ -405,7 +415,10 @@ static void get_emit(struct kv_conn *c, const struct kv_item_view *v, bool cas)
 	}
 	*p++ = '\r';
 	*p++ = '\n';
-	kv_out_value(c, hdr, (size_t)(p - hdr), v->value, v->nbytes);
+	if (end)
+		out_value_end(c, hdr, (size_t)(p - hdr), v->value, v->nbytes);
+	else
+		kv_out_value(c, hdr, (size_t)(p - hdr), v->value, v->nbytes);
 }
 
 static bool get_lookup(struct kv_conn *c, const char *k, size_t nk, bool touch, uint32_t exp,
@@ -428,6 +441,14 @@ static bool get_lookup(struct kv_conn *c, const char *k, size_t nk, bool touch, 
 	if (kv_watched(c->p, KV_WATCH_FETCHERS))
 		kv_watch_get(c, k, nk, hit ? v : NULL);
 	return hit;
+}
+
+/* Only spaces in line[@off, @len): nothing after the key just taken. */
+static bool blank_from(const char *line, size_t off, size_t len)
+{
+	while (off < len && line[off] == ' ')
+		off++;
+	return off == len;
 }
 
 /* Next key of a get line from @*off; false at the end. */
@@ -487,7 +508,9 @@ static enum get_res get_keys(struct kv_conn *c, const char *line, size_t len, si
 	size_t off = c->get_resume ? c->get_resume - 1 : off0, nk, at;
 	const char *k;
 
-	if (!c->get_resume && !get_prescan(c, line, len, off, touch, exp))
+	/* (a rest of the line no longer than a key cannot hold one too long) */
+	if (!c->get_resume && len - off > KV_KEY_MAX &&
+	    !get_prescan(c, line, len, off, touch, exp))
 		return GET_BAD_KEY;
 	/* Room for the largest value is checked before each lookup, so a lookup (with its
 	 * side effects: touch, LRU, stats) is never repeated when the output is full. */
@@ -496,8 +519,14 @@ static enum get_res get_keys(struct kv_conn *c, const char *line, size_t len, si
 			c->get_resume = at + 1;
 			return GET_BLOCKED;
 		}
-		if (get_lookup(c, k, nk, touch, exp, &v))
-			get_emit(c, &v, cas);
+		bool last = end && blank_from(line, off, len);
+		if (get_lookup(c, k, nk, touch, exp, &v)) {
+			get_emit(c, &v, cas, last);
+			if (last) {            /* its END went with it */
+				c->get_resume = 0;
+				return GET_DONE;
+			}
+		}
 	}
 	c->get_resume = 0;
 	if (end)

@@ -448,8 +448,17 @@ static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errle
 	}
 	memset(&conf, 0, sizeof(conf));
 	port_rss_conf(d, &conf);
-	if ((rc = rte_eth_dev_configure(d->port, (uint16_t)d->n_queues, (uint16_t)d->n_queues,
-					&conf))) {
+	rc = rte_eth_dev_configure(d->port, (uint16_t)d->n_queues, (uint16_t)d->n_queues, &conf);
+	if (rc && d->rss_pending) {
+		/* a PMD that lists RSS and refuses ours: without it, as before */
+		snprintf(d->rss_why, sizeof(d->rss_why), "%s refused RSS with our key (%s)",
+			 d->info.driver_name, rte_strerror(-rc));
+		d->rss_pending = false;
+		memset(&conf, 0, sizeof(conf));
+		rc = rte_eth_dev_configure(d->port, (uint16_t)d->n_queues, (uint16_t)d->n_queues,
+					   &conf);
+	}
+	if (rc) {
 		snprintf(err, errlen, "configuring %s: %s", d->info.driver_name, rte_strerror(-rc));
 		goto fail;
 	}

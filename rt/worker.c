@@ -890,12 +890,12 @@ static struct fp_stack *rt_stack_create(struct rt_wk *w, unsigned worker, uint32
 		if (sc.tx_bufs > RT_TX_BACKLOG - RT_TX_HOLD)
 			sc.tx_bufs = RT_TX_BACKLOG - RT_TX_HOLD;
 	}
-	/* IX's outbound trick: ephemeral ports whose replies hash back to our queue, or with
-	 * flow groups, whose group is ours (steer.c's key and table). */
 	/* SENT means what it means on the kernel transport: room again after a short send
 	 * (evl and the native servers act on nothing else); one condition less per reply */
 	sc.sent_when_blocked = true;
-		sc.queue_id = w->q->queue_id;
+	/* IX's outbound trick: ephemeral ports whose replies hash back to our queue, or with
+	 * flow groups, whose group is ours (steer.c's key and table, or the device's). */
+	sc.queue_id = w->q->queue_id;
 	sc.n_queues = n_queues;
 	if (w->steer) {
 		sc.queue_id = (uint16_t)worker;

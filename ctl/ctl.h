@@ -178,8 +178,6 @@ const char *ctl_batch_how(const struct ctl_batch *b);
  * seconds it and the children it waited for used. */
 double ctl_batch_end(struct ctl_batch *b);
 
-/* ---- the loop (loop.c) ---- */
-
 /* ---- the clients' latency (client.c): fp-loadgen's stderr, followed as it is written ---- */
 
 struct ctl_client {
@@ -191,6 +189,8 @@ struct ctl_client {
 };
 /* Read what was appended since the last call; keep the last point's figures. */
 void ctl_client_read(struct ctl_client *c);
+
+/* ---- the loop (loop.c) ---- */
 
 struct ctl_run_opts {
 	struct ctl_policy policy;

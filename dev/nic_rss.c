@@ -146,7 +146,7 @@ void fp_nic_rss_restore(struct fp_nic_rss *s)
 			fields_set(&s->io, i ? UDP_V4_FLOW : TCP_V4_FLOW, s->fields[i]);
 	if (s->old)
 		rxfh_write(&s->io, s->old, s->hfunc == NIC_HASH_TOP ? NIC_HASH_NO_CHANGE : s->hfunc);
-	/* (hfunc 0: the driver did not say; it was left alone) */
+	/* (hfunc 0: the driver did not say which it had; it stays at Toeplitz) */
 	free(s->old);
 	free(s);
 }

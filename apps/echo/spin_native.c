@@ -5,6 +5,7 @@
 
 #include <flowplane/api.h>
 #include <flowplane/clock.h>
+#include <flowplane/compiler.h>
 #include <flowplane/log.h>
 
 #include "echo.h"
@@ -136,7 +137,7 @@ static void serve(struct fp_ctx *ctx, struct nconn *c)
 
 /* server --native: RECV's bytes go back as they came, after what is still unsent. Not
  * inlined: bench/request_cost.py counts the messages by its calls. */
-static void __attribute__((noinline)) echo_recv(struct fp_ctx *ctx, const struct fp_cond *k, struct nconn *c)
+static fp_noinline void echo_recv(struct fp_ctx *ctx, const struct fp_cond *k, struct nconn *c)
 {
 	if (!c->closing && reserve(&c->out, &c->out_cap, c->out_len + k->len)) {
 		memcpy(c->out + c->out_len, k->data, k->len);

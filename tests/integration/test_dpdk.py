@@ -63,6 +63,17 @@ def client(build_dir, sock, *args, timeout=120):
                            *args], capture_output=True, text=True, timeout=timeout)
 
 
+def echo_each_size(build_dir, sock, sockdir, sizes, *extra):
+    """A second of fp-echo client per message size: echoes came back, none wrong."""
+    out = os.path.join(sockdir, "r.json")
+    for size in sizes:
+        r = client(build_dir, sock, *extra, "--size", size, "--conns", "4", "--duration", "1",
+                   "--warmup", "0.2", "--json", out)
+        assert r.returncode == 0, r.stderr
+        res = json.load(open(out))
+        assert res["messages"] > 0 and res["errors"] == 0, (size, res)
+
+
 @pytest.fixture
 def sockdir():
     with tempfile.TemporaryDirectory(prefix="fp-memif-") as d:
@@ -76,13 +87,7 @@ def test_echo_over_memif(build_dir, sockdir):
     srv = MemifServer(build_dir, sock)
     try:
         assert stat.S_IMODE(os.stat(sock).st_mode) & 0o077 == 0, "memif socket not owner-only"
-        out = os.path.join(sockdir, "r.json")
-        for size in ("64", "1460", "9000", "100000"):
-            r = client(build_dir, sock, "--size", size, "--conns", "4", "--duration", "1",
-                       "--warmup", "0.2", "--json", out)
-            assert r.returncode == 0, r.stderr
-            res = json.load(open(out))
-            assert res["messages"] > 0 and res["errors"] == 0, (size, res)
+        echo_each_size(build_dir, sock, sockdir, ("64", "1460", "9000", "100000"))
     finally:
         rc, err = srv.stop()
     assert rc == 0, err
@@ -100,13 +105,7 @@ def test_two_workers_over_memif(build_dir, sockdir):
     sock = os.path.join(sockdir, "fp2.sock")
     srv = MemifServer(build_dir, sock, "--workers", "2")
     try:
-        out = os.path.join(sockdir, "r.json")
-        for size in ("64", "100000"):
-            r = client(build_dir, sock, "--workers", "2", "--size", size, "--conns", "4",
-                       "--duration", "1", "--warmup", "0.2", "--json", out)
-            assert r.returncode == 0, r.stderr
-            res = json.load(open(out))
-            assert res["messages"] > 0 and res["errors"] == 0, (size, res)
+        echo_each_size(build_dir, sock, sockdir, ("64", "100000"), "--workers", "2")
     finally:
         rc, err = srv.stop()
     assert rc == 0, err

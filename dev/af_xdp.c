@@ -299,6 +299,15 @@ static unsigned xdp_rx_ready(struct fp_devq *dq)
 	return xsk_cons_nb_avail(&q->rx, q->ring_size);
 }
 
+/* The rx ring's indexes as the kernel and the owner last published them. */
+static unsigned xdp_rx_waiting(const struct fp_devq *dq)
+{
+	const struct xdp_q *q = fp_container_of(dq, const struct xdp_q, dq);
+
+	return __atomic_load_n(q->rx.producer, __ATOMIC_ACQUIRE) -
+	       __atomic_load_n(q->rx.consumer, __ATOMIC_ACQUIRE);
+}
+
 static void xdp_stats(struct fp_devq *dq, struct fp_dev_stats *out)
 {
 	struct xdp_q *q = xq(dq);
@@ -372,6 +381,7 @@ static const struct fp_dev_ops xdp_ops = {
 	.reclaim = xdp_reclaim,
 	.wait_fd = xdp_wait_fd,
 	.rx_ready = xdp_rx_ready,
+	.rx_waiting = xdp_rx_waiting,
 	.stats = xdp_stats,
 	.close = xdp_close,
 };

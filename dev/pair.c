@@ -173,6 +173,11 @@ static unsigned pair_rx_ready(struct fp_devq *q)
 	return fp_ring_count(end_of(q)->rx);
 }
 
+static unsigned pair_rx_waiting(const struct fp_devq *q)
+{
+	return fp_ring_count(fp_container_of(q, const struct pair_end, q)->rx);
+}
+
 static void pair_stats(struct fp_devq *q, struct fp_dev_stats *out)
 {
 	*out = end_of(q)->st;
@@ -231,6 +236,7 @@ static const struct fp_dev_ops pair_ops = {
 	.reclaim = pair_reclaim,
 	.wait_fd = pair_wait_fd,
 	.rx_ready = pair_rx_ready,
+	.rx_waiting = pair_rx_waiting,
 	.stats = pair_stats,
 	.close = pair_close,
 };

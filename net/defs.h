@@ -62,6 +62,7 @@ struct fp_stack {
 	uint32_t netmask;             /* from cfg.prefix_len */
 	uint16_t ip_id;               /* next IPv4 identification */
 	bool garp_sent;
+	bool irq;                     /* fp_stack_irq(): allocate nothing, wake nobody */
 
 	struct fp_timer_wheel wheel;  /* every protocol timer of this stack */
 	struct fp_rss rss;            /* for ephemeral port choice */

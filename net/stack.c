@@ -7,6 +7,7 @@
 #include <flowplane/log.h>
 
 #include "defs.h"
+#include "tcp.h"
 
 #define NET_QUEUE_INIT_CAP 64u
 
@@ -222,8 +223,48 @@ void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, ui
 		NET_STAT_ADD(st, rx_bytes, frames[i]->pkt_len);
 		eth_input(st, frames[i]);
 	}
-	if (st->tcp)
+	if (st->tcp && !st->irq)
 		tcp_tx_wake(st);   /* the ACKs of this batch returned buffers */
+}
+
+/* ---- interrupt context (fp_stack_irq) ---- */
+
+void fp_stack_irq(struct fp_stack *st, bool on) { st->irq = on; }
+
+/* Reads the headers in place: Ethernet to our address without VLAN, IPv4 to our address
+ * without fragment, TCP with ACK and without SYN, FIN, RST or URG, to an established conn.
+ * Such a segment's input changes only that conn (no new conn, none freed, no state
+ * change); the malformed ones fail here and are dropped and counted later by the loop. */
+bool fp_stack_quiet_frame(struct fp_stack *st, const struct fp_mbuf *m)
+{
+	const uint8_t *p = fp_mbuf_data(m), *ip, *th;
+	uint32_t ihl;
+	struct fp_tcp_conn *c;
+
+	if (!st->tcp || m->next || m->data_len < FP_ETH_HDR_LEN + FP_IPV4_HDR_LEN + FP_TCP_HDR_LEN)
+		return false;
+	if (memcmp(p, st->cfg.mac.b, FP_ETH_ALEN) || fp_get_be16(p + 12) != FP_ETH_TYPE_IPV4)
+		return false;
+	ip = p + FP_ETH_HDR_LEN;
+	ihl = (uint32_t)(ip[0] & 0x0f) * 4;
+	if ((ip[0] >> 4) != 4 || ihl < FP_IPV4_HDR_LEN || ip[9] != FP_IPPROTO_TCP ||
+	    (fp_get_be16(ip + 6) & 0x3fff) ||   /* MF, or an offset: a fragment */
+	    fp_get_be32(ip + 16) != st->cfg.ipv4 ||
+	    m->data_len < FP_ETH_HDR_LEN + ihl + FP_TCP_HDR_LEN)
+		return false;
+	th = ip + ihl;
+	if ((th[13] & (FP_TCP_SYN | FP_TCP_FIN | FP_TCP_RST | FP_TCP_URG | FP_TCP_ACK)) !=
+	    FP_TCP_ACK)
+		return false;
+	c = tcp_lookup(st, st->cfg.ipv4, fp_get_be16(th + 2), fp_get_be32(ip + 12),
+		       fp_get_be16(th));
+	return c && c->state == FP_TCP_ESTABLISHED;
+}
+
+void fp_stack_room(const struct fp_stack *st, unsigned *events, unsigned *frames)
+{
+	*events = st->ev.cap - st->ev.count;
+	*frames = st->tx.cap - st->tx.count;
 }
 
 /* ---- timers ---- */
@@ -277,7 +318,7 @@ void fp_stack_free(struct fp_stack *st, struct fp_mbuf *m)
 static fp_cold void *ring_grow(struct fp_stack *st, void *v, uint32_t *head, uint32_t *cap,
 			       size_t size)
 {
-	uint8_t *nv = *cap < UINT32_MAX / 2 ? malloc((size_t)*cap * 2 * size) : NULL;
+	uint8_t *nv = *cap < UINT32_MAX / 2 && !st->irq ? malloc((size_t)*cap * 2 * size) : NULL;
 	uint32_t first = *cap - *head;  /* elements from head to the end of the array */
 
 	if (!nv) {
@@ -326,6 +367,25 @@ unsigned fp_stack_tx(struct fp_stack *st, struct fp_mbuf **out, unsigned max)
 }
 
 unsigned fp_stack_tx_pending(const struct fp_stack *st) { return st->tx.count; }
+
+int fp_stack_reserve(struct fp_stack *st, unsigned events, unsigned frames)
+{
+	while (st->tx.cap - st->tx.count < frames) {
+		struct fp_mbuf **nv = ring_grow(st, st->tx.v, &st->tx.head, &st->tx.cap,
+						sizeof(*st->tx.v));
+		if (!nv)
+			return -ENOMEM;
+		st->tx.v = nv;
+	}
+	while (st->ev.cap - st->ev.count < events) {
+		struct fp_event *nv = ring_grow(st, st->ev.v, &st->ev.head, &st->ev.cap,
+						sizeof(*st->ev.v));
+		if (!nv)
+			return -ENOMEM;
+		st->ev.v = nv;
+	}
+	return 0;
+}
 
 /* ---- events ---- */
 

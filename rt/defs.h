@@ -1,6 +1,7 @@
 /* defs.h: rt/'s private state: the worker context and the transport ops behind the native API. */
 #pragma once
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,12 +27,34 @@
  */
 
 struct fp_ctx;
+struct fp_devq;
 
 /* A transport executes calls; conditions it produces go through rt_cond_push(). */
 struct rt_transport_ops {
 	const char *name;
 	void (*exec)(struct fp_ctx *ctx, struct fp_call *c);   /* run @c, set c->ret */
+	/* --notify ipi (ipi.c; NULL: the transport has no interrupt handler): make room,
+	 * outside, for what an interrupt may queue; the interrupt's work, inside the signal
+	 * handler; whether @n calls of a flow can run there without allocating */
+	void (*irq_prepare)(struct fp_ctx *ctx);
+	void (*irq)(struct fp_ctx *ctx);
+	bool (*irq_fits)(struct fp_ctx *ctx, const struct fp_call *calls, unsigned n);
 };
+
+/* --notify ipi (rt/ipi.c): one per worker, on its own cache line. The owner writes
+ * @since then @inside around its own flow's handler; thieves read them, set @pending and
+ * send the signal; the handler clears @pending. */
+struct rt_ipi {
+	atomic_uint inside;           /* in its own flow's handler, interruptible */
+	atomic_uint pending;          /* a signal sent, not yet handled */
+	atomic_uint rx_blocked;       /* its last interrupt left frames or conditions to
+				       * the loop: another would not receive */
+	atomic_uint bound;            /* @thread and @q are set (the worker is in its loop) */
+	_Atomic uint64_t since;       /* TSC when @inside was set */
+	_Atomic uint64_t sent;        /* TSC when the pending signal was sent */
+	pthread_t thread;
+	const struct fp_devq *q;      /* its device queue (rx_waiting), or NULL */
+} fp_aligned_cache;
 
 /* Everything a run shares between its workers (read-only after start, except @stop). */
 struct rt_run {
@@ -56,6 +79,10 @@ struct rt_run {
 	atomic_uint steal_in_loop;    /* workers inside their loop (rt_steal_enter/leave) */
 	bool app_steal;               /* --sched steal by the application's own hooks
 				       * (fp_app.steal: user-level threads), no shuffle layer */
+	struct rt_ipi *ipi;           /* --notify ipi: per worker; NULL otherwise */
+	uint64_t ipi_after_cycles;
+	bool ipi_force;               /* tests (FP_RT_IPI_FORCE): an idle thief interrupts
+				       * every home inside a handler, waiting work or not */
 	/* flow groups in software (steer.c): xdp with several workers; NULL otherwise */
 	struct rt_steer *steer;
 	/* the device steers by flow group itself (dpdk with RSS): its group -> worker table,
@@ -109,6 +136,25 @@ void rt_steal_enter(struct rt_run *run);
 void rt_steal_leave(struct rt_run *run);
 void rt_steal_counts(const struct rt_run *run, unsigned worker, uint64_t *stolen_runs,
 		     uint64_t *local_runs, uint64_t *remote_calls);
+/* Under --notify ipi, from the signal handler (rt/ipi.c): flows that came home, their
+ * calls executed where they can be without allocating (the rest wait for the loop); this
+ * round's conditions of known flows, from the first, posted to their flows (the rest stay
+ * in ctx->conds, in order: true when any stayed). */
+void rt_steal_irq_returns(struct fp_ctx *ctx);
+bool rt_steal_irq_post(struct fp_ctx *ctx);
+/* Outside, before an interruptible handler: spare events for rt_steal_irq_post. */
+void rt_steal_irq_prepare(struct fp_ctx *ctx, unsigned events);
+
+/* rt/ipi.c: ZygOS's interrupts (--notify ipi). */
+int rt_ipi_setup(struct rt_run *run, char *err, size_t errlen);
+void rt_ipi_teardown(struct rt_run *run);
+void rt_ipi_bind(struct fp_ctx *ctx, const struct fp_devq *q);   /* the worker's thread */
+void rt_ipi_unbind(struct fp_ctx *ctx);
+void rt_ipi_enter(struct fp_ctx *ctx);   /* around its own flow's handler */
+void rt_ipi_leave(struct fp_ctx *ctx);
+void rt_ipi_idle(struct fp_ctx *ctx);    /* a thief found nothing: interrupt busy homes */
+void rt_ipi_returned(struct fp_ctx *ctx, unsigned home);   /* a thief sent a flow home */
+
 /* The round without the scheduler (api.c): handler on the conditions and returns, then
  * the calls. */
 unsigned rt_ctx_round_plain(struct fp_ctx *ctx);
@@ -145,6 +191,12 @@ int rt_steer_wake_fd(const struct rt_steer *s, unsigned worker);
  * frames handed out, taken, dropped, received. */
 void rt_steer_tally(struct rt_steer *s, unsigned worker, const struct fp_rt_worker_stats *st);
 void rt_steer_totals(const struct rt_steer *s, uint64_t out[4]);
+/* --notify ipi (rt/ipi.c): the handed-over frames an interrupt may take; whether any wait
+ * for worker @w. */
+unsigned rt_steer_take_quiet(struct rt_steer *s, unsigned me, struct fp_stack *stack,
+			     struct fp_mbuf **out, unsigned max, bool *stuck,
+			     struct fp_rt_worker_stats *st);
+bool rt_steer_waiting(const struct rt_steer *s, unsigned w);
 /* Keep in @rx (in place) the frames of @me's groups, hand the others over; returns the
  * frames kept. */
 unsigned rt_steer_rx(struct rt_steer *s, unsigned me, struct fp_pool_cache *c,

@@ -36,6 +36,7 @@ void fp_rt_config_init(struct fp_rt_config *cfg)
 	cfg->batch = FP_RT_DEFAULT_BATCH;
 	cfg->idle = FP_IDLE_SLEEP;
 	cfg->spin_us = FP_RT_DEFAULT_SPIN_US;
+	cfg->ipi_after_us = 10;
 	cfg->nap_us = FP_RT_DEFAULT_NAP_US;
 	cfg->burst_idle_us = FP_RT_DEFAULT_BURST_IDLE_US;
 	cfg->xdp.mode = FP_XDP_AUTO;
@@ -76,6 +77,14 @@ const char fp_rt_options_help[] =
 	"                        the default) or on any idle worker (steal, ZygOS's; its\n"
 	"                        workers poll; for steal-safe applications, e.g. fp-echo\n"
 	"                        spin --native, and user-level threads: spin --threads)\n"
+	"  --notify poll|ipi     steal: how a home busy in a long handler learns that\n"
+	"                        frames wait for it and that its flows came back from a\n"
+	"                        thief: at its next round (poll, the default), or by an\n"
+	"                        interrupt (ipi: a signal to its thread, ZygOS's IPI; its\n"
+	"                        handler runs the stack on what it safely can; xdp, pair\n"
+	"                        and dpdk)\n"
+	"  --ipi-after-us US     ipi: interrupt a handler only once it has run this long\n"
+	"                        (default 10)\n"
 	"  --burst K             steal, xdp: the last K workers are burstable: they own no\n"
 	"                        flow group, steal the others' work, and run only while the\n"
 	"                        core allocator (fp-ctl alloc) grants them their core; an\n"
@@ -115,7 +124,7 @@ const char fp_rt_options_help[] =
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "nic-steer", "batch", "idle",
-	"sched", "burst", "burst-idle-us", "park-prio", "park-queue", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
+	"sched", "notify", "ipi-after-us", "burst", "burst-idle-us", "park-prio", "park-queue", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
 };
 
@@ -350,6 +359,7 @@ static int opt_number(struct fp_rt_config *cfg, const char *opt, const char *val
 	NUM("batch", 1, FP_RT_MAX_BATCH, false, cfg->batch = (unsigned)v)
 	NUM("spin-us", 0, 10000000, false, cfg->spin_us = (uint32_t)v)
 	NUM("nap-us", 0, 1000000, false, cfg->nap_us = (uint32_t)v)
+	NUM("ipi-after-us", 0, 1000000, false, cfg->ipi_after_us = (uint32_t)v)
 	NUM("burst", 1, FP_RT_MAX_WORKERS - 1, false, cfg->n_burst = (unsigned)v)
 	NUM("burst-idle-us", 0, 1000000, false, cfg->burst_idle_us = (uint32_t)v)
 	NUM("park-prio", 1, 99, false, cfg->park_prio = (unsigned)v)
@@ -443,6 +453,13 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		if ((w = opt_word(opt, val, scheds, err, errlen)) < 0)
 			return -1;
 		cfg->sched = (enum fp_sched)w;
+		return 1;
+	}
+	if (!strcmp(opt, "notify")) {
+		static const char *const notifies[] = { "poll", "ipi", NULL }; /* fp_notify */
+		if ((w = opt_word(opt, val, notifies, err, errlen)) < 0)
+			return -1;
+		cfg->notify = (enum fp_notify)w;
 		return 1;
 	}
 	if (!strcmp(opt, "xdp-mode")) {
@@ -778,8 +795,12 @@ static int step_sched(struct rt_start *s)
 {
 	int rc;
 
-	if (s->cfg.sched != FP_SCHED_STEAL)
+	if (s->cfg.sched != FP_SCHED_STEAL) {
+		if (s->cfg.notify == FP_NOTIFY_IPI)
+			return snprintf(s->err, sizeof(s->err), "--notify ipi: interrupts wake a "
+					"home for thieves: it needs --sched steal"), -EINVAL;
 		return 0;
+	}
 	if (!s->run.app->steal_safe && !s->run.app->steal)
 		return snprintf(s->err, sizeof(s->err), "--sched steal: %s's handler cannot run "
 				"on another worker's flows (it is not steal-safe); use --sched part",
@@ -792,14 +813,28 @@ static int step_sched(struct rt_start *s)
 					"hook without work_pending and ready (api.h: all three)",
 					s->run.app->name ? s->run.app->name : "this application"),
 			       -EINVAL;
+		if (s->cfg.notify == FP_NOTIFY_IPI)
+			return snprintf(s->err, sizeof(s->err), "--notify ipi: %s runs user-level "
+					"threads, which are not interrupted; use --notify poll",
+					s->run.app->name ? s->run.app->name : "this application"),
+			       -EINVAL;
 		s->run.app_steal = true;
 		return 0;
 	}
+	if (s->cfg.notify == FP_NOTIFY_IPI && s->cfg.transport == FP_TRANSPORT_KERNEL)
+		return snprintf(s->err, sizeof(s->err), "--notify ipi: the kernel transport has no "
+				"interrupt handler (its stack is Linux's); use --net xdp, pair or "
+				"dpdk, or --notify poll"), -EINVAL;
 	if (getenv("FP_RT_STEAL_FORCE"))          /* tests: every batch runs on a thief */
 		s->cfg.steal_force = true;
 	rc = rt_steal_setup(&s->run);
 	if (rc)
 		return snprintf(s->err, sizeof(s->err), "--sched steal: %s", strerror(-rc)), rc;
+	if (s->cfg.notify == FP_NOTIFY_IPI &&
+	    (rc = rt_ipi_setup(&s->run, s->err, sizeof(s->err)))) {
+		rt_steal_teardown(&s->run);
+		return rc;
+	}
 	return 0;
 }
 
@@ -822,6 +857,7 @@ static void step_sched_down(struct rt_start *s)
 		fprintf(stderr, "flowplane: sched steal: %llu batches ran on their home worker, "
 			"%llu on a thief (%llu calls sent home)\n", (unsigned long long)local,
 			(unsigned long long)stolen, (unsigned long long)remote);
+	rt_ipi_teardown(&s->run);
 	rt_steal_teardown(&s->run);
 }
 
@@ -925,7 +961,8 @@ static int step_alloc(struct rt_start *s)
 }
 
 /* Step "signals": workers inherit a mask without SIGINT/SIGTERM; the main thread reads
- * them from a signalfd, so no handler ever runs on a worker in the middle of a round. */
+ * them from a signalfd, so no handler ever runs on a worker in the middle of a round
+ * (--notify ipi's own signal excepted: rt/ipi.c says where it may cut in). */
 static int step_signals(struct rt_start *s)
 {
 	sigset_t set;
@@ -1265,6 +1302,9 @@ static void rt_summary(struct rt_start *s)
 			 "%u us idle; fp-ctl alloc grants)",
 			 c->idle == FP_IDLE_POLL ? "poll" : c->idle == FP_IDLE_ADAPTIVE ?
 			 "adaptive" : "sleep", c->n_burst, c->burst_idle_us);
+	else if (c->sched == FP_SCHED_STEAL && c->notify == FP_NOTIFY_IPI)
+		snprintf(idle, sizeof(idle), "sched steal, interrupts after %u us, idle poll",
+			 c->ipi_after_us);
 	else if (c->sched == FP_SCHED_STEAL)
 		snprintf(idle, sizeof(idle), "sched steal, idle poll");
 	else if (c->transport == FP_TRANSPORT_DPDK && c->idle != FP_IDLE_POLL && !c->nap_us)

@@ -55,6 +55,7 @@ struct rt_sflow {
 	struct fp_shuf_flow sf;
 	struct fp_flow *flow;
 	struct rt_sflow *hnext;       /* home's table chain */
+	struct rt_sflow *dnext;       /* on the home's deferred list (--notify ipi) */
 	bool closed;                  /* CLOSE or ABORT executed: drop what is still queued */
 	bool close_waiting;           /* a CLOSE/ABORT from elsewhere waits for the flow */
 	struct fp_call waiting;
@@ -73,6 +74,9 @@ struct rt_steal_wk {
 	struct rt_sflow **tab;        /* by flow pointer, chained */
 	unsigned mask, n;
 	struct rt_sev *free_ev;       /* free events (linked through link.next) */
+	unsigned n_free_ev;
+	struct rt_sflow *deferred;    /* came home during an interrupt that could not run
+				       * their calls (--notify ipi): step 1 runs them first */
 	struct fp_cond *conds;        /* a batch's conditions, built for the handler */
 	unsigned cap_conds;
 	uint64_t stolen_runs, local_runs, remote_calls;
@@ -144,6 +148,7 @@ static void ev_free_list(struct rt_steal_wk *w, struct fp_shuf_list *l)
 
 		ev->fnext = w->free_ev;
 		w->free_ev = ev;
+		w->n_free_ev++;
 	}
 	memset(l, 0, sizeof(*l));
 }
@@ -153,9 +158,10 @@ static void post(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s,
 {
 	struct rt_sev *ev = w->free_ev;
 
-	if (ev)
+	if (ev) {
 		w->free_ev = ev->fnext;
-	else if (!(ev = malloc(sizeof(*ev)))) {
+		w->n_free_ev--;
+	} else if (!(ev = malloc(sizeof(*ev)))) {
 		log_err("rt: out of memory for a condition");
 		abort();
 	}
@@ -248,7 +254,13 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	for (struct fp_shuf_ev *e = s->sf.batch.head; e; e = e->next)
 		w->conds[n++] = fp_container_of(e, struct rt_sev, link)->c;
 	s->n_rets = 0;
-	ctx->run->app->handle(ctx, w->conds, n, s->rets, n_rets);
+	if (home && ctx->run->ipi) {   /* the one place an interrupt may cut in (ipi.c) */
+		rt_ipi_enter(ctx);
+		ctx->run->app->handle(ctx, w->conds, n, s->rets, n_rets);
+		rt_ipi_leave(ctx);
+	} else {
+		ctx->run->app->handle(ctx, w->conds, n, s->rets, n_rets);
+	}
 	ctx->stats->conds += n;
 	if (home) {
 		w->local_runs++;
@@ -276,12 +288,26 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 		}
 	}
 	s->n_calls = ctx->n_calls;
+	/* room for their returns, so a home interrupted (--notify ipi) need not allocate */
+	rt_reserve((void **)&s->rets, &s->cap_rets, s->n_calls, sizeof(*s->rets));
 	ctx->n_calls = 0;
 	w->stolen_runs++;
 	ctx->stats->sched_stolen++;
 	fp_shuf_ran(ctx->run->sh, ctx->worker, &s->sf);
 	if (ctx->run->steer)   /* a home that sleeps (--burst --idle) must run the calls */
 		rt_steer_kick(ctx->run->steer, 1ull << s->sf.home);
+	if (ctx->run->ipi)     /* a home busy in a long handler runs them at once */
+		rt_ipi_returned(ctx, s->sf.home);
+}
+
+/* Home: the calls of a flow a thief ran. */
+static void come_home(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s)
+{
+	exec_flow_calls(ctx, s, s->calls, s->n_calls);
+	w->remote_calls += s->n_calls;
+	ctx->stats->sched_remote_calls += s->n_calls;
+	s->n_calls = 0;
+	finish(ctx, w, s);
 }
 
 /* ---- the round ---- */
@@ -320,17 +346,13 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	struct rt_steal_wk *w = &run->swk[me];
 	struct fp_shuf_flow *sf;
 
-	/* 1. flows that came home: their calls, here */
-	while ((sf = fp_shuf_returned(sh, me))) {
-		struct rt_sflow *s = SFLOW(sf);
-
-		exec_flow_calls(ctx, s, s->calls, s->n_calls);
-		w->remote_calls += s->n_calls;
-		ctx->stats->sched_remote_calls += s->n_calls;
-		s->n_calls = 0;
-		finish(ctx, w, s);
-		done++;
+	/* 1. flows that came home: their calls, here (those an interrupt left first) */
+	for (struct rt_sflow *s; (s = w->deferred); done++) {
+		w->deferred = s->dnext;
+		come_home(ctx, w, s);
 	}
+	for (; (sf = fp_shuf_returned(sh, me)); done++)
+		come_home(ctx, w, SFLOW(sf));
 	/* 2. conditions of established flows to their flows; a flow KNOCKed in this round is
 	 * not accepted yet (its conditions carry the listener's cookie): they stay with
 	 * the KNOCK, in order, in the ordinary round */
@@ -363,10 +385,14 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	}
 	/* 5. nothing else: one of another worker's (not once the run stops: its home may be
 	 * past its loop already; not by a parked burstable worker) */
-	if (!done && !ctx->no_steal && !rt_ctx_stopping(ctx) && (sf = fp_shuf_steal(sh, me))) {
-		note_taken(run, sf);
-		run_flow(ctx, w, SFLOW(sf));
-		done++;
+	if (!done && !ctx->no_steal && !rt_ctx_stopping(ctx)) {
+		if ((sf = fp_shuf_steal(sh, me))) {
+			note_taken(run, sf);
+			run_flow(ctx, w, SFLOW(sf));
+			done++;
+		} else if (run->ipi) {   /* ZygOS's idle loop: interrupt a busy home (ipi.c) */
+			rt_ipi_idle(ctx);
+		}
 	}
 	return done;
 }
@@ -412,7 +438,8 @@ bool rt_steal_home_work(struct fp_ctx *ctx)
 	const struct fp_shuf *sh = ctx->run->sh;
 
 	if (sh)
-		return fp_shuf_has_returns(sh, ctx->worker) || fp_shuf_ready_count(sh, ctx->worker);
+		return fp_shuf_has_returns(sh, ctx->worker) || fp_shuf_ready_count(sh, ctx->worker) ||
+		       ctx->run->swk[ctx->worker].deferred;
 	return ctx->run->app_steal && ctx->run->app->work_pending(ctx, false);
 }
 
@@ -425,7 +452,7 @@ bool rt_steal_pending(const struct fp_ctx *ctx)
 	unsigned me = ctx->worker;
 
 	return fp_shuf_has_returns(sh, me) || fp_shuf_ready_count(sh, me) ||
-	       (!ctx->no_steal && fp_shuf_any_ready(sh, me));
+	       ctx->run->swk[me].deferred || (!ctx->no_steal && fp_shuf_any_ready(sh, me));
 }
 
 /* A CLOSE or ABORT from outside a flow's batch (a timer, another handler) for a flow
@@ -450,6 +477,76 @@ bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c)
 	}
 	c->ret = 0;
 	return true;
+}
+
+/* ---- --notify ipi: inside the signal handler (ipi.c) ---- */
+
+/* Whether @s's returned calls can run inside an interrupt: nothing closes or has closed
+ * it (the transport would free the conn, finish() the flow), its returns fit in place
+ * (the thief made the room), and the transport has room for what they send. */
+static bool irq_runnable(struct fp_ctx *ctx, const struct rt_sflow *s)
+{
+	if (s->closed || s->close_waiting || s->n_rets + s->n_calls > s->cap_rets)
+		return false;
+	for (unsigned i = 0; i < s->n_calls; i++)
+		if (closes(&s->calls[i]))
+			return false;
+	return ctx->tops->irq_fits(ctx, s->calls, s->n_calls);
+}
+
+void rt_steal_irq_returns(struct fp_ctx *ctx)
+{
+	struct rt_steal_wk *w = &ctx->run->swk[ctx->worker];
+	struct fp_shuf_flow *sf;
+
+	while ((sf = fp_shuf_returned(ctx->run->sh, ctx->worker))) {
+		struct rt_sflow *s = SFLOW(sf);
+
+		if (!irq_runnable(ctx, s)) {   /* the loop's step 1 takes it */
+			s->dnext = w->deferred;
+			w->deferred = s;
+			ctx->stats->ipi_deferred++;
+			continue;
+		}
+		ctx->stats->ipi_calls += s->n_calls;
+		come_home(ctx, w, s);
+	}
+}
+
+bool rt_steal_irq_post(struct fp_ctx *ctx)
+{
+	struct rt_steal_wk *w = &ctx->run->swk[ctx->worker];
+	unsigned i;
+
+	for (i = 0; i < ctx->n_conds; i++) {
+		const struct fp_cond *c = &ctx->conds[i];
+		struct rt_sflow *s;
+
+		/* a flow the table does not know yet would need a record: the loop's */
+		if (!flow_cond(c->type) || !w->free_ev || !(s = flow_find(w, c->flow)))
+			break;
+		post(ctx, w, s, c);
+	}
+	memmove(ctx->conds, ctx->conds + i, (ctx->n_conds - i) * sizeof(*ctx->conds));
+	ctx->n_conds -= i;
+	return ctx->n_conds > 0;
+}
+
+void rt_steal_irq_prepare(struct fp_ctx *ctx, unsigned events)
+{
+	struct rt_steal_wk *w = &ctx->run->swk[ctx->worker];
+
+	while (w->n_free_ev < events) {
+		struct rt_sev *ev = malloc(sizeof(*ev));
+
+		if (!ev) {
+			log_err("rt: out of memory for a condition");
+			abort();
+		}
+		ev->fnext = w->free_ev;
+		w->free_ev = ev;
+		w->n_free_ev++;
+	}
 }
 
 /* Under --sched steal a worker that left its loop waits for every worker still in its

@@ -592,6 +592,49 @@ unsigned rt_steer_take(struct rt_steer *s, unsigned me, struct fp_ctx *ctx,
 	return got;
 }
 
+/* --notify ipi, inside the signal handler (rt/ipi.c): what other workers handed us,
+ * taken from each ring's head only while it is a plain frame of a group we own and that is
+ * not moving, which @stack can take without allocating (fp_stack_quiet_frame); the first
+ * anything else stops that ring (*@stuck), and it and what follows stay there, in order,
+ * for rt_steer_take. */
+unsigned rt_steer_take_quiet(struct rt_steer *s, unsigned me, struct fp_stack *stack,
+			     struct fp_mbuf **out, unsigned max, bool *stuck,
+			     struct fp_rt_worker_stats *st)
+{
+	unsigned got = 0, d = 0;
+
+	for (unsigned k = 1; k < s->n && got < max; k++) {
+		struct fp_ring *r = s->rings[((me + k) % s->n) * s->n + me];
+		void *in[64];
+		unsigned want = max - got < FP_ARRAY_SIZE(in) ? max - got : FP_ARRAY_SIZE(in);
+		unsigned n = fp_ring_peek_burst(r, in, want), i;
+
+		for (i = 0; i < n; i++) {
+			struct fp_mbuf *m = in[i];
+
+			if (((uintptr_t)in[i] & RT_STEER_TAGS) || m->next ||
+			    route(s, me, rt_steer_classify(&s->rss, fp_mbuf_data(m), m->data_len),
+				  &d) != 0 ||
+			    !fp_stack_quiet_frame(stack, m))
+				break;
+			out[got++] = m;
+		}
+		fp_ring_skip(r, i);
+		st->steer_in += i;
+		*stuck |= i < n;
+	}
+	return got;
+}
+
+/* Frames and messages other workers handed @w that it has not taken (a hint: racy). */
+bool rt_steer_waiting(const struct rt_steer *s, unsigned w)
+{
+	for (unsigned src = 0; src < s->n; src++)
+		if (src != w && fp_ring_count(s->rings[src * s->n + w]))
+			return true;
+	return false;
+}
+
 /* ---- moving a group: the old owner's side ---- */
 
 static int ptr_cmp(const void *a, const void *b)

@@ -82,6 +82,10 @@ struct rt_wk {
 	struct fp_mbuf *tx[RT_TX_HOLD];
 	struct fp_mbuf *rx[FP_RT_MAX_BATCH];
 	struct fp_event ev[RT_EV_BURST];
+	/* --notify ipi: frames an interrupt received and left, in order, for the next round
+	 * (their input could allocate) */
+	unsigned n_irq_held;
+	struct fp_mbuf *irq_held[FP_RT_MAX_BATCH];
 };
 
 static struct rt_wk *wk_of(struct fp_ctx *ctx) { return ctx->tp; }
@@ -328,10 +332,18 @@ static unsigned rt_rx_other(struct rt_wk *w, struct fp_devq *q, uint64_t now, bo
 static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 {
 	struct fp_rt_worker_stats *s = w->ctx.stats;
-	unsigned n = w->q->ops->rx_burst(w->q, w->rx, w->batch);
-	unsigned taken = 0;
+	unsigned n, taken = 0;
 
-	*got = n > 0;
+	if (fp_unlikely(w->n_irq_held)) {   /* first what an interrupt left (rt_irq) */
+		fp_stack_input(w->st, w->irq_held, w->n_irq_held, now);
+		taken = w->n_irq_held;
+		w->n_irq_held = 0;
+	}
+	if (w->run->ipi)
+		atomic_store_explicit(&w->run->ipi[w->ctx.worker].rx_blocked, 0,
+				      memory_order_relaxed);
+	n = w->q->ops->rx_burst(w->q, w->rx, w->batch);
+	*got = n > 0 || taken;
 	w->last_q = 0;
 	if (n) {
 		/* Queue depth at this poll: what we took plus what is still waiting. (Frames
@@ -864,8 +876,121 @@ static void rt_drain(struct rt_wk *w)
 	}
 }
 
-static const struct rt_transport_ops rt_xdp_ops = { .name = "xdp", .exec = rt_exec };
-static const struct rt_transport_ops rt_pair_ops = { .name = "pair", .exec = rt_exec };
+/* ---- --notify ipi: the interrupt's work (rt/ipi.c says when it runs and why so) ---- */
+
+#define RT_IRQ_PER_FRAME 4      /* events and frames one quiet frame's input may queue
+				 * (net.h: fp_stack_quiet_frame) */
+#define RT_IRQ_SLACK     64     /* kept free beyond what the interrupt's checks count */
+
+static unsigned rt_irq_room(const struct rt_wk *w)
+{
+	return RT_IRQ_PER_FRAME * w->batch + RT_IRQ_SLACK;
+}
+
+/* Outside the handler: room for everything one interrupt may queue. */
+static void rt_irq_prepare(struct fp_ctx *ctx)
+{
+	struct rt_wk *w = wk_of(ctx);
+	unsigned room = rt_irq_room(w);
+
+	fp_stack_reserve(w->st, 2 * room, 2 * room);   /* if short, the checks see less room */
+	rt_reserve((void **)&ctx->conds, &ctx->cap_conds, ctx->n_conds + room,
+		   sizeof(*ctx->conds));
+	rt_steal_irq_prepare(ctx, room);
+}
+
+/* Frames a SENDV of @c may queue: its segments at the smallest MSS, and an ACK. */
+static unsigned rt_irq_frames(const struct fp_call *c)
+{
+	uint64_t bytes = 0;
+
+	if (c->type != FP_CALL_SENDV)
+		return 2;
+	for (int i = 0; c->iov && i < c->iovcnt; i++)
+		bytes += c->iov[i].iov_len;
+	return (unsigned)(bytes / 536) + 2;
+}
+
+static bool rt_irq_fits(struct fp_ctx *ctx, const struct fp_call *calls, unsigned n)
+{
+	struct rt_wk *w = wk_of(ctx);
+	unsigned ev, tx;
+	uint64_t need = RT_IRQ_SLACK;
+
+	fp_stack_room(w->st, &ev, &tx);
+	for (unsigned i = 0; i < n; i++)
+		need += rt_irq_frames(&calls[i]);
+	return ev >= n + RT_IRQ_SLACK && tx >= need;
+}
+
+/* The frames waiting in the queue, through the stack, as far as that allocates nothing;
+ * their conditions to their flows. Nothing is received while an earlier interrupt's
+ * frames or conditions still wait for the loop (their order comes first). */
+static void rt_irq_rx(struct rt_wk *w)
+{
+	struct fp_ctx *ctx = &w->ctx;
+	struct rt_ipi *p = &w->run->ipi[ctx->worker];
+	unsigned ev, tx, max, n, i;
+
+	fp_stack_room(w->st, &ev, &tx);
+	ev = ev < RT_IRQ_SLACK ? 0 : ev - RT_IRQ_SLACK;
+	tx = tx < RT_IRQ_SLACK ? 0 : tx - RT_IRQ_SLACK;
+	max = (ev < tx ? ev : tx) / RT_IRQ_PER_FRAME;
+	i = (ctx->cap_conds - ctx->n_conds) / RT_IRQ_PER_FRAME;
+	max = max < i ? max : i;
+	max = max < w->batch ? max : w->batch;
+	if (!max)
+		return;
+	n = w->q->ops->rx_burst(w->q, w->rx, max);
+	if (n && w->steer)
+		n = rt_steer_rx(w->steer, ctx->worker, &w->q->cache, w->rx, n, ctx->stats);
+	for (i = 0; i < n && fp_stack_quiet_frame(w->st, w->rx[i]); i++)
+		;
+	if (i < n) {
+		memcpy(w->irq_held, w->rx + i, (n - i) * sizeof(*w->rx));
+		w->n_irq_held = n - i;
+		ctx->stats->ipi_held += n - i;
+		atomic_store_explicit(&p->rx_blocked, 1, memory_order_relaxed);
+	} else if (w->steer) {   /* and what other workers handed us (steer.c) */
+		bool stuck = false;
+
+		i += rt_steer_take_quiet(w->steer, ctx->worker, w->st, w->rx + i, max - i,
+					 &stuck, ctx->stats);
+		if (stuck)
+			atomic_store_explicit(&p->rx_blocked, 1, memory_order_relaxed);
+	}
+	if (!i)
+		return;
+	ctx->stats->ipi_frames += i;
+	fp_stack_input(w->st, w->rx, i, rt_now_us());
+	while (ctx->cap_conds > ctx->n_conds &&
+	       (n = fp_stack_events(w->st, w->ev, ctx->cap_conds - ctx->n_conds < RT_EV_BURST ?
+				   ctx->cap_conds - ctx->n_conds : RT_EV_BURST)) > 0)
+		for (unsigned k = 0; k < n; k++)
+			rt_event_cond(w, &w->ev[k]);
+	if (rt_steal_irq_post(ctx))
+		atomic_store_explicit(&p->rx_blocked, 1, memory_order_relaxed);
+}
+
+/* ZygOS's IPI handler (§3.4.5): the calls of flows that came home, the stack on waiting
+ * frames if nothing of ours is stealable, then the wire. */
+static void rt_irq(struct fp_ctx *ctx)
+{
+	struct rt_wk *w = wk_of(ctx);
+
+	fp_stack_irq(w->st, true);
+	rt_steal_irq_returns(ctx);
+	if (!w->n_irq_held && !ctx->n_conds && !fp_shuf_ready_count(w->run->sh, ctx->worker) &&
+	    (!w->steer || rt_home(w)))   /* not a queue lent to another worker */
+		rt_irq_rx(w);
+	rt_tx(w);
+	fp_stack_irq(w->st, false);
+}
+
+#define RT_WORKER_OPS(n) { .name = (n), .exec = rt_exec, .irq_prepare = rt_irq_prepare, \
+			   .irq = rt_irq, .irq_fits = rt_irq_fits }
+static const struct rt_transport_ops rt_xdp_ops = RT_WORKER_OPS("xdp");
+static const struct rt_transport_ops rt_pair_ops = RT_WORKER_OPS("pair");
 
 static struct fp_stack *rt_stack_create(struct rt_wk *w, unsigned worker, uint32_t addr,
 					uint16_t n_queues, uint64_t now)
@@ -964,6 +1089,7 @@ static int rt_app_run(struct rt_wk *w)
 	atomic_fetch_add(&w->run->n_ready, 1);
 	rt_start_barrier(w->run);
 	rt_steal_enter(w->run);
+	rt_ipi_bind(&w->ctx, w->q);
 	if (w->steer)
 		rt_steer_loop(w->steer, w->ctx.worker, true);
 	rt_loop(w);
@@ -971,6 +1097,7 @@ static int rt_app_run(struct rt_wk *w)
 	if (w->steer)   /* its queue away: until nobody can poll it */
 		rt_steer_loop(w->steer, w->ctx.worker, false);
 	rt_steal_leave(w->run);
+	rt_ipi_unbind(&w->ctx);
 	if (app->fini)
 		app->fini(&w->ctx);
 	rt_ctx_flush(&w->ctx);
@@ -1015,6 +1142,8 @@ static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q
 	fp_stack_destroy(w->st);
 	if (w->held)
 		fp_mbuf_free(&q->cache, w->held);
+	for (unsigned i = 0; i < w->n_irq_held; i++)
+		fp_mbuf_free(&q->cache, w->irq_held[i]);
 	for (unsigned i = 0; i < w->n_tx; i++)
 		fp_mbuf_free(&q->cache, w->tx[i]);
 	if (w->lent_cache_on)
@@ -1077,7 +1206,7 @@ out:
 	return ret;
 }
 
-static const struct rt_transport_ops rt_dpdk_ops = { .name = "dpdk", .exec = rt_exec };
+static const struct rt_transport_ops rt_dpdk_ops = RT_WORKER_OPS("dpdk");
 
 int rt_worker_dpdk(struct rt_run *run, unsigned worker, struct fp_dpdk *d)
 {

@@ -442,6 +442,16 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 		       (unsigned long long)w->q_lent, (unsigned long long)w->q_lends,
 		       (unsigned long long)w->q_back, (unsigned long long)w->q_adopted,
 		       (unsigned long long)w->adopt_rx);
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, ipi_work_ns) +
+				 sizeof(w->ipi_work_ns))
+		printf(",\"ipi\":{\"sent\":%llu,\"handled\":%llu,\"late\":%llu,\"frames\":%llu,"
+		       "\"calls\":%llu,\"held\":%llu,\"deferred\":%llu,\"wait_ns\":%llu,"
+		       "\"work_ns\":%llu}",
+		       (unsigned long long)w->ipi_sent, (unsigned long long)w->ipi_handled,
+		       (unsigned long long)w->ipi_late, (unsigned long long)w->ipi_frames,
+		       (unsigned long long)w->ipi_calls, (unsigned long long)w->ipi_held,
+		       (unsigned long long)w->ipi_deferred, (unsigned long long)w->ipi_wait_ns,
+		       (unsigned long long)w->ipi_work_ns);
 	putchar('}');
 }
 

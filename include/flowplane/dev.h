@@ -48,6 +48,10 @@ struct fp_dev_ops {
 	unsigned (*reclaim)(struct fp_devq *q);   /* frames freed */
 	int (*wait_fd)(struct fp_devq *q);
 	unsigned (*rx_ready)(struct fp_devq *q);  /* frames waiting right now (queue depth) */
+	/* The same, asked by another thread than the queue's owner (a thief deciding whether
+	 * to interrupt a busy home): read-only, a hint that may be stale at once. NULL where
+	 * the device cannot say without the owner's state (DPDK). */
+	unsigned (*rx_waiting)(const struct fp_devq *q);
 	void (*stats)(struct fp_devq *q, struct fp_dev_stats *out);
 	void (*close)(struct fp_devq *q);         /* frees every buffer it holds, then q */
 };

@@ -156,6 +156,23 @@ uint64_t fp_tcp_cookie(const struct fp_tcp_conn *c);
 /* Hand @n received frames to the stack, which takes ownership of each. */
 void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, uint64_t now_us);
 
+/*
+ * Interrupt context (the runtime's --notify ipi: a signal handler cutting into the
+ * application's handler on the stack's thread, where malloc may be held). While
+ * fp_stack_irq(st, true) is on, the stack allocates and frees no memory: its tx and event
+ * queues do not grow (a frame that finds the tx queue full is dropped and counted as
+ * nobufs: a send is refused with -ENOBUFS, an ACK is lost; an event would be lost, so the
+ * caller keeps room for them and for its sends: fp_stack_room), and input wakes no conn waiting for buffers (the next input or
+ * poll outside does). Input allocates only for frames that fp_stack_quiet_frame() refuses:
+ * hand it only those it accepts (an ACK, with or without data, for an established conn),
+ * each of which queues at most 4 events and 4 frames of its own. fp_stack_reserve() grows
+ * the queues, outside, to hold @events more events and @frames more frames.
+ */
+void fp_stack_irq(struct fp_stack *st, bool on);
+bool fp_stack_quiet_frame(struct fp_stack *st, const struct fp_mbuf *m);
+void fp_stack_room(const struct fp_stack *st, unsigned *events, unsigned *frames);
+int fp_stack_reserve(struct fp_stack *st, unsigned events, unsigned frames);
+
 /* An ARP frame another stack on the same address received: learn its sender (RFC 826's
  * merge, as arp input does) without answering or counting it. The caller keeps @m. */
 void fp_stack_arp_learn(struct fp_stack *st, const struct fp_mbuf *m);

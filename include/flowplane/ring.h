@@ -116,6 +116,26 @@ static inline unsigned fp_ring_dequeue_burst(struct fp_ring *r, void **objs, uns
 	return n;
 }
 
+/* The consumer: copy up to @n items from the head without taking them; fp_ring_skip()
+ * then takes the first @n of them. */
+static inline unsigned fp_ring_peek_burst(struct fp_ring *r, void **objs, unsigned n)
+{
+	uint32_t cons = r->cons, avail;
+
+	r->cons_prod_seen = FP_LOAD_ACQ(&r->prod_tail);
+	avail = r->cons_prod_seen - cons;
+	if (n > avail)
+		n = avail;
+	for (unsigned i = 0; i < n; i++)
+		objs[i] = r->slots[(cons + i) & r->mask];
+	return n;
+}
+
+static inline void fp_ring_skip(struct fp_ring *r, unsigned n)
+{
+	FP_STORE_REL(&r->cons, r->cons + n);
+}
+
 /* Items in the ring as seen now (exact only when both sides are quiet). */
 static inline uint32_t fp_ring_count(const struct fp_ring *r)
 {

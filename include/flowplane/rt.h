@@ -49,6 +49,9 @@ enum fp_idle { FP_IDLE_SLEEP = 0, FP_IDLE_POLL, FP_IDLE_ADAPTIVE };
 /* How a flow's conditions find a core: on its home worker only (IX), or on any worker
  * that is idle (ZygOS: rt/steal.c; the application must be fp_app.steal_safe). */
 enum fp_sched { FP_SCHED_PART = 0, FP_SCHED_STEAL };
+/* How a home busy in a long handler learns that a thief wants it (--notify): at its next
+ * round (poll), or by an interrupt, ZygOS's IPI as a signal to its thread (ipi). */
+enum fp_notify { FP_NOTIFY_POLL = 0, FP_NOTIFY_IPI };
 
 /* Which worker handles a frame, on xdp with several workers: the worker that owns the
  * flow's group (IX's flow groups: the symmetric Toeplitz hash of the 4-tuple, a table of
@@ -100,6 +103,9 @@ struct fp_rt_config {
 	enum fp_sched sched;             /* default partitioned; steal implies --idle poll */
 	bool steal_force;                /* tests: a worker never runs its own flows, so
 					  * every batch is stolen */
+	enum fp_notify notify;           /* steal: poll (default) or ipi */
+	uint32_t ipi_after_us;           /* ipi: a home is interrupted once its handler has
+					  * run this long (default 10) */
 	uint32_t spin_us;                /* FP_IDLE_SLEEP: spin this long before sleeping */
 	uint32_t nap_us;                 /* a device that cannot wake a sleeper (dpdk: no
 					  * receive interrupt): sleep in naps of at most this

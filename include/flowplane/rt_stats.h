@@ -208,6 +208,16 @@ struct fp_rt_worker_stats {
 	 * polled by another (lent, or on its way back); times it lent it and got it back;
 	 * other workers' queues it took to poll, and the frames it received from them */
 	uint64_t q_lent, q_lends, q_back, q_adopted, adopt_rx;
+
+	/* --notify ipi (rt/ipi.c, ZygOS's interrupts): signals this worker sent as a thief;
+	 * interrupts it took inside its own flow's handler, and those that came when it was
+	 * no longer there (nothing done); frames it received and calls of returned flows it
+	 * executed inside them; frames and returned flows it left for its loop, since
+	 * handling them would allocate (a new connection, a close, no room); the time from
+	 * each handled signal's sending to its handler (ns, summed), and spent in the
+	 * handlers' work */
+	uint64_t ipi_sent, ipi_handled, ipi_late, ipi_frames, ipi_calls, ipi_held, ipi_deferred;
+	uint64_t ipi_wait_ns, ipi_work_ns;
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

@@ -95,6 +95,10 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 		F(n_steer_weights);
 	else if (!strcmp(opt, "sched"))
 		F(sched);
+	else if (!strcmp(opt, "notify"))
+		F(notify);
+	else if (!strcmp(opt, "ipi-after-us"))
+		F(ipi_after_us);
 	else if (!strcmp(opt, "batch"))
 		F(batch);
 	else if (!strcmp(opt, "idle"))
@@ -172,6 +176,8 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 	      c->transport == FP_TRANSPORT_DPDK);
 	CHECK(c->idle == FP_IDLE_SLEEP || c->idle == FP_IDLE_POLL || c->idle == FP_IDLE_ADAPTIVE);
 	CHECK(c->sched == FP_SCHED_PART || c->sched == FP_SCHED_STEAL);
+	CHECK(c->notify == FP_NOTIFY_POLL || c->notify == FP_NOTIFY_IPI);
+	CHECK(c->ipi_after_us <= 1000000);
 	CHECK(c->steer == FP_STEER_GROUPS || c->steer == FP_STEER_QUEUE);
 	CHECK(c->n_steer_weights <= FP_RT_MAX_WORKERS);
 	unsigned wsum = 0;

@@ -51,6 +51,31 @@ static void index_wrap(void **state)
 	free(r);
 }
 
+/* The consumer looks before it takes: a peek takes nothing, a skip takes the first k. */
+static void peek_then_skip(void **state)
+{
+	struct fp_ring *r = fp_ring_create(8);
+	void *in[5], *out[8];
+
+	(void)state;
+	for (uintptr_t i = 0; i < 5; i++)
+		in[i] = (void *)(i + 1);
+	assert_int_equal(fp_ring_sp_enqueue_burst(r, in, 5), 5);
+	assert_int_equal(fp_ring_peek_burst(r, out, 8), 5);
+	assert_ptr_equal(out[0], in[0]);
+	assert_ptr_equal(out[4], in[4]);
+	assert_int_equal(fp_ring_count(r), 5);
+	fp_ring_skip(r, 2);
+	assert_int_equal(fp_ring_count(r), 3);
+	assert_int_equal(fp_ring_peek_burst(r, out, 2), 2);
+	assert_ptr_equal(out[0], in[2]);
+	assert_int_equal(fp_ring_dequeue_burst(r, out, 8), 3);
+	assert_ptr_equal(out[0], in[2]);
+	assert_ptr_equal(out[2], in[4]);
+	assert_int_equal(fp_ring_peek_burst(r, out, 8), 0);
+	free(r);
+}
+
 static void bad_sizes(void **state)
 {
 	(void)state;
@@ -189,6 +214,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(spsc_burst_semantics),
 		cmocka_unit_test(index_wrap),
+		cmocka_unit_test(peek_then_skip),
 		cmocka_unit_test(bad_sizes),
 		cmocka_unit_test(mpsc_burst_semantics),
 		cmocka_unit_test(spsc_threads),

@@ -1058,6 +1058,12 @@ static void test_options_good(void **state)
 	assert_int_equal(opt(&c, "stats", "web-1", err), 1);
 	assert_string_equal(c.stats_name, "web-1");
 	assert_int_equal(opt(&c, "threads", "2", err), 0);  /* not ours */
+	assert_int_equal(c.notify, FP_NOTIFY_POLL);
+	assert_int_equal(c.ipi_after_us, 10);
+	assert_int_equal(opt(&c, "notify", "ipi", err), 1);
+	assert_int_equal(c.notify, FP_NOTIFY_IPI);
+	assert_int_equal(opt(&c, "ipi-after-us", "0", err), 1);
+	assert_int_equal(c.ipi_after_us, 0);
 	/* --net before --if wins over the implication */
 	fp_rt_config_init(&c);
 	assert_int_equal(opt(&c, "net", "kernel", err), 1);
@@ -1084,6 +1090,7 @@ static void test_options_bad(void **state)
 		{ "net", "dpdkx" }, { "dpdk", "" }, { "xdp-mode", "fast" }, { "xdp-copy", "maybe" },
 		{ "rx-drop", "1.5" }, { "rx-drop", "nan" }, { "stats", "a/b" }, { "stats", "" },
 		{ "if", "" }, { "umem-frames", "1" }, { "rcv-buf", "10" }, { "seed", "x" },
+		{ "notify", "irq" }, { "ipi-after-us", "1000001" },
 		/* regress_newline_in_value (fuzz_rt_options): the quoted value made two lines */
 		{ "batch", "1\n2" }, { "ip", "10.0.0.1\r\n" },
 	};
@@ -1185,6 +1192,9 @@ static void test_startup_errors(void **state)
 	c.n_cores = 1;
 	c.n_workers = 2;
 	expect_startup_error(&c, -EINVAL, "config");
+	fp_rt_config_init(&c);
+	c.notify = FP_NOTIFY_IPI;                              /* interrupts without stealing */
+	expect_startup_error(&c, -EINVAL, "sched");
 	/* a stats name held by a live process (pid 1) is refused */
 	char name[64], path[80];
 	snprintf(name, sizeof(name), "test-rt-busy-%d", (int)getpid());

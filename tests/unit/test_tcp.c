@@ -1817,6 +1817,89 @@ static void test_sent_only_after_a_short_send(void **state)
 	t_no_event(h);
 }
 
+/* fp_stack_quiet_frame (the runtime's --notify ipi): an ACK, with or without data, for
+ * an established conn is one whose input allocates nothing; anything that could open,
+ * close or change a conn, or is not for us, is not. */
+static bool t_quiet(struct nh *h, uint8_t flags, uint16_t rport, uint16_t frag, bool bcast)
+{
+	uint8_t f[NH_FRAME_MAX], l4[NH_FRAME_MAX];
+	struct fp_tcp t = { .sport = rport, .dport = T_LPORT, .seq = T_IRS + 1,
+			    .ack = T_ISS + 1, .flags = flags, .wnd = T_WND };
+	struct fp_ipv4 ip = { .src = NH_PEER_IP, .dst = NH_OUR_IP, .proto = FP_IPPROTO_TCP,
+			      .ttl = 64, .id = 3, .frag = frag };
+	size_t hl = fp_tcp_emit(l4, sizeof(l4), &t);
+
+	memcpy(l4 + hl, t_pat, 100);
+	fp_tcp_set_csum(l4, fp_csum_partial(l4, hl + 100, 0), NH_PEER_IP, NH_OUR_IP, hl + 100);
+	size_t n = nh_ipv4_frame(f, sizeof(f), &ip, l4, hl + 100);
+	if (bcast)
+		memset(f, 0xff, FP_ETH_ALEN);
+	struct fp_mbuf *m = nh_mbuf(h, f, n);
+	bool quiet = fp_stack_quiet_frame(h->st, m);
+
+	fp_stack_free(h->st, m);
+	return quiet;
+}
+
+static void test_quiet_frames(void **state)
+{
+	struct nh *h = *state;
+	struct tcp_test_conn_params cw = t_est();
+
+	t_conn(h, t_est());
+	cw.state = FP_TCP_CLOSE_WAIT;
+	cw.rport = T_RPORT + 1;
+	t_conn(h, cw);
+	assert_true(t_quiet(h, ACK, T_RPORT, 0, false));
+	assert_true(t_quiet(h, ACK | PSH, T_RPORT, 0, false));
+	assert_false(t_quiet(h, ACK | FIN, T_RPORT, 0, false));
+	assert_false(t_quiet(h, ACK | RST, T_RPORT, 0, false));
+	assert_false(t_quiet(h, RST, T_RPORT, 0, false));
+	assert_false(t_quiet(h, SYN, T_RPORT, 0, false));
+	assert_false(t_quiet(h, ACK | FP_TCP_URG, T_RPORT, 0, false));
+	assert_false(t_quiet(h, PSH, T_RPORT, 0, false));              /* no ACK */
+	assert_false(t_quiet(h, ACK, T_RPORT + 2, 0, false));          /* no such conn */
+	assert_false(t_quiet(h, ACK, T_RPORT + 1, 0, false));          /* not established */
+	assert_false(t_quiet(h, ACK, T_RPORT, 0x2000, false));         /* more fragments */
+	assert_false(t_quiet(h, ACK, T_RPORT, 0, true));               /* broadcast */
+}
+
+/* fp_stack_irq: the tx queue does not grow (a send that finds it full is refused and
+ * counted), and fp_stack_reserve makes room beforehand. */
+static void test_irq_allocates_nothing(void **state)
+{
+	struct nh *h = *state;
+	struct tcp_test_conn_params cp = t_est();
+	struct fp_net_stats before, after;
+	unsigned ev, tx, ev2, tx2;
+	struct fp_stack_config cfg = nh_config(h);
+
+	cfg.tx_bufs = 1024;
+	t_restart(h, &cfg);
+	cp.cwnd = 1u << 30;
+	cp.snd_wnd = 1u << 30;
+	cp.snd_wscale = 14;
+	struct fp_tcp_conn *c = t_conn(h, cp);
+	fp_stack_room(h->st, &ev, &tx);
+	assert_true(tx > 0 && ev > 0);
+	fp_stack_stats(h->st, &before);
+	fp_stack_irq(h->st, true);
+	for (unsigned i = 0; i < tx; i++)        /* full segments: no Nagle */
+		assert_int_equal(fp_tcp_send(h->st, c, t_pat, 1460), 1460);
+	/* one more than there is room for: refused, nothing taken */
+	assert_int_equal(fp_tcp_send(h->st, c, t_pat, 1460), -ENOBUFS);
+	fp_stack_irq(h->st, false);
+	fp_stack_room(h->st, &ev2, &tx2);
+	fp_stack_stats(h->st, &after);
+	assert_int_equal(tx2, 0);
+	assert_int_equal(fp_stack_tx_pending(h->st), tx);       /* the queue kept its size */
+	assert_int_equal(after.nobufs, before.nobufs + 1);
+	assert_int_equal(fp_stack_reserve(h->st, 2 * ev, 8), 0);  /* outside: it grows */
+	fp_stack_room(h->st, &ev2, &tx2);
+	assert_true(tx2 >= 8 && ev2 >= 2 * ev);
+	nh_drain(h);
+}
+
 /* RFC 5681 §3.1: no more than cwnd in flight; segments of SMSS, PSH on the last. */
 static void test_send_limited_by_cwnd(void **state)
 {
@@ -3212,6 +3295,8 @@ int main(void)
 		/* sending */
 		T(test_send_limited_by_peer_window),
 		T(test_sent_only_after_a_short_send),
+		T(test_quiet_frames),
+		T(test_irq_allocates_nothing),
 		T(test_send_limited_by_cwnd),
 		T(test_zero_peer_window_persist_probe),
 		T(test_answered_zero_window_probes_never_time_out),

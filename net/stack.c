@@ -232,7 +232,8 @@ void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, ui
 void fp_stack_irq(struct fp_stack *st, bool on) { st->irq = on; }
 
 /* Reads the headers in place: Ethernet to our address without VLAN, IPv4 to our address
- * without fragment, TCP with ACK and without SYN, FIN, RST or URG, to an established conn.
+ * without fragment, TCP with ACK and without SYN, FIN, RST or URG, to an established conn
+ * with no out-of-order data.
  * Such a segment's input changes only that conn (no new conn, none freed, no state
  * change); the malformed ones fail here and are dropped and counted later by the loop. */
 bool fp_stack_quiet_frame(struct fp_stack *st, const struct fp_mbuf *m)
@@ -258,7 +259,9 @@ bool fp_stack_quiet_frame(struct fp_stack *st, const struct fp_mbuf *m)
 		return false;
 	c = tcp_lookup(st, st->cfg.ipv4, fp_get_be16(th + 2), fp_get_be32(ip + 12),
 		       fp_get_be16(th));
-	return c && c->state == FP_TCP_ESTABLISHED;
+	/* out-of-order data waiting: the segment that fills the gap goes up with all of it,
+	 * an event per segment */
+	return c && c->state == FP_TCP_ESTABLISHED && !c->ooo_head;
 }
 
 void fp_stack_room(const struct fp_stack *st, unsigned *events, unsigned *frames)

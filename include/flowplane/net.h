@@ -165,7 +165,8 @@ void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, ui
  * caller keeps room for them and for its sends: fp_stack_room), and input wakes no conn waiting for buffers (the next input or
  * poll outside does). Input allocates only for frames that fp_stack_quiet_frame() refuses:
  * hand it only those it accepts (an ACK, with or without data, for an established conn),
- * each of which queues at most 4 events and 4 frames of its own. fp_stack_reserve() grows
+ * each of which queues at most 4 events, and frames: an ACK, and what the windows it opens
+ * let out (retransmissions of a SACK recovery, held data). fp_stack_reserve() grows
  * the queues, outside, to hold @events more events and @frames more frames.
  */
 void fp_stack_irq(struct fp_stack *st, bool on);

@@ -46,6 +46,10 @@
  * its own), checks that no connection is left, destroys the stack and aborts if a single
  * buffer is still out of the pool: a leak on any path is a crash.
  *
+ * Every frame that fp_stack_quiet_frame() accepts goes in as the runtime's interrupt
+ * handler gives it (fp_stack_irq), and the harness checks what that promises: no conn
+ * opened or freed, no queue grown, at most 4 events queued.
+ *
  * Every byte is taken in an explicit order (no two take8() in one expression, whose
  * order C leaves unspecified), so an input means the same whatever compiles the harness.
  */
@@ -142,7 +146,24 @@ static void feed(struct fz *f, const uint8_t *frame, size_t len)
 	if (len > fp_mbuf_tailroom(m))
 		len = fp_mbuf_tailroom(m);
 	memcpy(fp_mbuf_append(m, (uint32_t)len), frame, len);
+	if (!fp_stack_quiet_frame(f->st, m)) {
+		fp_stack_input(f->st, &m, 1, f->now);
+		return;
+	}
+	/* A frame the runtime's interrupt may take (--notify ipi): in interrupt mode its
+	 * input opens and frees no conn, grows no queue and queues at most 4 events (net.h). */
+	unsigned ev0, tx0, ev1, tx1, pending0 = fp_stack_tx_pending(f->st);
+	uint32_t conns = fp_stack_tcp_conns(f->st);
+
+	CHECK(fp_stack_reserve(f->st, 8, 8) == 0);
+	fp_stack_room(f->st, &ev0, &tx0);
+	fp_stack_irq(f->st, true);
 	fp_stack_input(f->st, &m, 1, f->now);
+	fp_stack_irq(f->st, false);
+	fp_stack_room(f->st, &ev1, &tx1);
+	CHECK(fp_stack_tcp_conns(f->st) == conns);
+	CHECK(fp_stack_tx_pending(f->st) + tx1 == pending0 + tx0);   /* not grown */
+	CHECK(ev0 - ev1 <= 4);
 }
 
 /* Build Ethernet + IPv4 + TCP from the peer, checksums right. Returns the frame length. */

@@ -1862,6 +1862,9 @@ static void test_quiet_frames(void **state)
 	assert_false(t_quiet(h, ACK, T_RPORT + 1, 0, false));          /* not established */
 	assert_false(t_quiet(h, ACK, T_RPORT, 0x2000, false));         /* more fragments */
 	assert_false(t_quiet(h, ACK, T_RPORT, 0, true));               /* broadcast */
+	t_send(h, ACK, T_IRS + 1 + 100, T_ISS + 1, t_pat, 100);       /* out of order */
+	assert_false(t_quiet(h, ACK, T_RPORT, 0, false));   /* the gap's filler brings it all */
+	nh_drain(h);
 }
 
 /* fp_stack_irq: the tx queue does not grow (a send that finds it full is refused and

@@ -5,6 +5,7 @@
 #include <ifaddrs.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1027,6 +1028,9 @@ static int step_nic(struct rt_start *s)
 		return 0;
 	if (s->cfg.nic_steer == FP_NIC_STEER_OFF)
 		return snprintf(s->nic_why, sizeof(s->nic_why), "--nic-steer off"), 0;
+	/* no such interface: the xdp step's line says so, and how to list them */
+	if (!if_nametoindex(s->cfg.ifname))
+		return 0;
 	rt_steer_first_table(&s->cfg, table);
 	for (unsigned g = 0; g < FP_RSS_GROUPS; g++)
 		q[g] = (uint16_t)(s->cfg.queue_base + table[g]);

@@ -192,6 +192,13 @@ def test_bad_weights_one_line(topo, build_dir):
                     "--stats", "none", check=False)
         lines = r.stderr.strip().splitlines()
         assert r.returncode != 0 and len(lines) == 1 and says in lines[0], lines
+    # a misspelt interface is named as such, not as one that cannot steer
+    r = topo.sh(topo.srv_ns, exe, "server", "--if", topo.srv_if + "x", "--ip",
+                f"{topo.fp_srv_ip}/24", "--workers", "2", "--nic-steer", "on", "--stats",
+                "none", check=False)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, lines
+    assert "cannot steer" not in lines[0] and topo.srv_if + "x" in lines[0], lines
 
 
 def test_watch_shows_the_clients_p99(topo, build_dir, tmp_path):

@@ -83,6 +83,10 @@ struct rt_run {
 	uint64_t ipi_after_cycles;
 	bool ipi_force;               /* tests (FP_RT_IPI_FORCE): an idle thief interrupts
 				       * every home inside a handler, waiting work or not */
+	bool ipi_hold;                /* tests (FP_RT_IPI_HOLD): an interrupt does nothing
+				       * itself: every frame it receives and every flow that
+				       * came home wait for the loop (the paths of those that
+				       * could allocate) */
 	/* flow groups in software (steer.c): xdp with several workers; NULL otherwise */
 	struct rt_steer *steer;
 	/* the device steers by flow group itself (dpdk with RSS): its group -> worker table,

@@ -87,6 +87,7 @@ int rt_ipi_setup(struct rt_run *run, char *err, size_t errlen)
 	memset(run->ipi, 0, n * sizeof(*run->ipi));
 	run->ipi_after_cycles = fp_ns_to_cycles((uint64_t)run->cfg->ipi_after_us * 1000);
 	run->ipi_force = getenv("FP_RT_IPI_FORCE") != NULL;
+	run->ipi_hold = getenv("FP_RT_IPI_HOLD") != NULL;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = ipi_handler;
 	sa.sa_flags = SA_RESTART;   /* a worker's syscalls (tx kicks, poll) just go on */

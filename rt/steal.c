@@ -486,7 +486,8 @@ bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c)
  * (the thief made the room), and the transport has room for what they send. */
 static bool irq_runnable(struct fp_ctx *ctx, const struct rt_sflow *s)
 {
-	if (s->closed || s->close_waiting || s->n_rets + s->n_calls > s->cap_rets)
+	if (s->closed || s->close_waiting || s->n_rets + s->n_calls > s->cap_rets ||
+	    ctx->run->ipi_hold)
 		return false;
 	for (unsigned i = 0; i < s->n_calls; i++)
 		if (closes(&s->calls[i]))

@@ -944,14 +944,14 @@ static void rt_irq_rx(struct rt_wk *w)
 	n = w->q->ops->rx_burst(w->q, w->rx, max);
 	if (n && w->steer)
 		n = rt_steer_rx(w->steer, ctx->worker, &w->q->cache, w->rx, n, ctx->stats);
-	for (i = 0; i < n && fp_stack_quiet_frame(w->st, w->rx[i]); i++)
+	for (i = 0; i < n && !w->run->ipi_hold && fp_stack_quiet_frame(w->st, w->rx[i]); i++)
 		;
 	if (i < n) {
 		memcpy(w->irq_held, w->rx + i, (n - i) * sizeof(*w->rx));
 		w->n_irq_held = n - i;
 		ctx->stats->ipi_held += n - i;
 		atomic_store_explicit(&p->rx_blocked, 1, memory_order_relaxed);
-	} else if (w->steer) {   /* and what other workers handed us (steer.c) */
+	} else if (w->steer && !w->run->ipi_hold) {   /* and what other workers handed us */
 		bool stuck = false;
 
 		i += rt_steer_take_quiet(w->steer, ctx->worker, w->st, w->rx + i, max - i,

@@ -54,13 +54,17 @@ def workers(topo, build_dir, stats):
     return json.loads(r.stdout.strip().splitlines()[-1])["workers"]
 
 
-@pytest.mark.parametrize("depth", [1, 4])
-def test_interrupted_homes_lose_nothing(topo, build_dir, tmp_path, depth):
+@pytest.mark.parametrize("depth,hold", [(1, False), (4, False), (4, True)])
+def test_interrupted_homes_lose_nothing(topo, build_dir, tmp_path, depth, hold):
     """bimodal1 200 us (90% 100 us, 10% 1.1 ms) over 32 connections, each with up to
     @depth requests in flight: every reply is its request's; the homes were interrupted
-    and counted each signal once; the server stops cleanly."""
-    stats = f"{TAG}-i{depth}"
-    env = dict(os.environ, FP_RT_IPI_FORCE="1")
+    and counted each signal once; the server stops cleanly. With @hold
+    (FP_RT_IPI_HOLD) an interrupt does nothing itself: it holds every frame it receives
+    for the loop, as it does one that could allocate (a SYN, a FIN), and leaves every flow
+    that came home to the loop, as it does one whose calls close it: they must go up in
+    order after it."""
+    stats = f"{TAG}-i{depth}{'h' if hold else ''}"
+    env = dict(os.environ, FP_RT_IPI_FORCE="1", **({"FP_RT_IPI_HOLD": "1"} if hold else {}))
     srv = topo.popen(topo.srv_ns, server_argv(topo, build_dir, stats, "--notify", "ipi",
                                               "--ipi-after-us", "0"), env=env)
     try:
@@ -101,6 +105,10 @@ def test_interrupted_homes_lose_nothing(topo, build_dir, tmp_path, depth):
     # each signal arrives at most once (one outstanding per home); long handlers on both
     # homes with an idle thief polling beside them: some arrive inside one
     assert 0 < sum(i["handled"] for i in ipi) and got <= sent, ipi
+    print("ipi counters:", ipi)
+    if hold:
+        assert sum(i["frames"] + i["calls"] for i in ipi) == 0, ipi
+        assert sum(i["held"] + i["deferred"] for i in ipi) > 0, ipi
     for w, i in zip(ws, ipi):
         assert i["frames"] + i["held"] <= w["rx_frames"] + w.get("steer_in", 0), (w, i)
         assert i["calls"] <= w["sched_remote_calls"], (w, i)

@@ -802,7 +802,9 @@ static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 	 * ARP announcement for good, and its worker would poll for nothing until one came. */
 	bool tx_waits = w->n_tx && (sent || !w->naps);
 
-	return got || rounds || fired || sent || freed || tx_waits || ctx->n_rets;
+	/* and what an interrupt left for the loop (--notify ipi): never asleep on it */
+	return got || rounds || fired || sent || freed || tx_waits || ctx->n_rets ||
+	       ctx->n_conds || w->n_irq_held;
 }
 
 static void rt_loop(struct rt_wk *w)
@@ -978,10 +980,11 @@ static void rt_irq(struct fp_ctx *ctx)
 {
 	struct rt_wk *w = wk_of(ctx);
 
+	if (w->steer && !rt_home(w))   /* its queue is lent: the stack is not run (lending) */
+		return;
 	fp_stack_irq(w->st, true);
 	rt_steal_irq_returns(ctx);
-	if (!w->n_irq_held && !ctx->n_conds && !fp_shuf_ready_count(w->run->sh, ctx->worker) &&
-	    (!w->steer || rt_home(w)))   /* not a queue lent to another worker */
+	if (!w->n_irq_held && !ctx->n_conds && !fp_shuf_ready_count(w->run->sh, ctx->worker))
 		rt_irq_rx(w);
 	rt_tx(w);
 	fp_stack_irq(w->st, false);

@@ -98,8 +98,9 @@ static inline unsigned fp_ring_mp_enqueue_burst(struct fp_ring *r, void *const *
 	return n;
 }
 
-/* Dequeue up to @n pointers into @objs; returns how many. Consumer side only. */
-static inline unsigned fp_ring_dequeue_burst(struct fp_ring *r, void **objs, unsigned n)
+/* The consumer: copy up to @n items from the head without taking them; fp_ring_skip()
+ * then takes the first @n of them. */
+static inline unsigned fp_ring_peek_burst(struct fp_ring *r, void **objs, unsigned n)
 {
 	uint32_t cons = r->cons;
 	uint32_t avail = r->cons_prod_seen - cons;
@@ -112,28 +113,20 @@ static inline unsigned fp_ring_dequeue_burst(struct fp_ring *r, void **objs, uns
 	}
 	for (unsigned i = 0; i < n; i++)
 		objs[i] = r->slots[(cons + i) & r->mask];
-	FP_STORE_REL(&r->cons, cons + n);
-	return n;
-}
-
-/* The consumer: copy up to @n items from the head without taking them; fp_ring_skip()
- * then takes the first @n of them. */
-static inline unsigned fp_ring_peek_burst(struct fp_ring *r, void **objs, unsigned n)
-{
-	uint32_t cons = r->cons, avail;
-
-	r->cons_prod_seen = FP_LOAD_ACQ(&r->prod_tail);
-	avail = r->cons_prod_seen - cons;
-	if (n > avail)
-		n = avail;
-	for (unsigned i = 0; i < n; i++)
-		objs[i] = r->slots[(cons + i) & r->mask];
 	return n;
 }
 
 static inline void fp_ring_skip(struct fp_ring *r, unsigned n)
 {
 	FP_STORE_REL(&r->cons, r->cons + n);
+}
+
+/* Dequeue up to @n pointers into @objs; returns how many. Consumer side only. */
+static inline unsigned fp_ring_dequeue_burst(struct fp_ring *r, void **objs, unsigned n)
+{
+	n = fp_ring_peek_burst(r, objs, n);
+	fp_ring_skip(r, n);
+	return n;
 }
 
 /* Items in the ring as seen now (exact only when both sides are quiet). */

@@ -27,20 +27,20 @@
  *   - it allocates and frees nothing, since the interrupted code may be inside malloc:
  *     room in the stack's queues, in ctx->conds and in the free events is made beforehand
  *     (irq_prepare); a frame whose input could allocate (a new connection, a FIN, a RST,
- *     anything but an ACK with or without data for an established conn) stops the
- *     interrupt's input and it and the frames after it wait, in order, for the loop
- *     (ipi_held); a returned flow whose calls would close it or not fit waits for the
- *     loop too (ipi_deferred);
+ *     anything but an ACK, with or without data, for an established conn without
+ *     out-of-order data) stops the interrupt's input, and it and the frames after it
+ *     wait, in order, for the loop (ipi_held); a returned flow whose calls would close
+ *     it or not fit waits for the loop too (ipi_deferred);
  *   - it never runs the application: conditions go to their flows in the shuffle layer,
  *     where thieves find them.
  *
  * An idle thief (steal.c's step 5, nothing to steal) interrupts a home that has been
  * inside its handler for --ipi-after-us with an empty shuffle queue and frames waiting in
  * its device queue (the device's rx_waiting: not on DPDK) or handed over to it by other
- * workers (flow groups on a veth, steer.c), or flows come back; a thief
- * that sends a flow home interrupts the home if it is inside a handler that long. At most
- * one signal is outstanding per home. Like ZygOS's IPIs these are hints: one that arrives
- * late costs a signal, never correctness.
+ * workers (flow groups on a veth, steer.c), or flows come back; a thief that sends a flow
+ * home interrupts the home if it is inside a handler that long. At most one signal is
+ * outstanding per home. Like ZygOS's IPIs these are hints: one that arrives late costs
+ * a signal, never correctness.
  */
 
 static int ipi_signal(void) { return SIGRTMIN; }
@@ -59,9 +59,8 @@ static void ipi_handler(int sig)
 	(void)sig;
 	if (ctx && ctx->run->ipi) {
 		struct rt_ipi *p = &ctx->run->ipi[ctx->worker];
-
-		uint64_t t0 = fp_rdtsc(), sent = atomic_load_explicit(&p->sent,
-								      memory_order_relaxed);
+		uint64_t t0 = fp_rdtsc();
+		uint64_t sent = atomic_load_explicit(&p->sent, memory_order_relaxed);
 
 		atomic_store_explicit(&p->pending, 0, memory_order_release);
 		if (atomic_load_explicit(&p->inside, memory_order_relaxed)) {

@@ -438,8 +438,8 @@ bool rt_steal_home_work(struct fp_ctx *ctx)
 	const struct fp_shuf *sh = ctx->run->sh;
 
 	if (sh)
-		return fp_shuf_has_returns(sh, ctx->worker) || fp_shuf_ready_count(sh, ctx->worker) ||
-		       ctx->run->swk[ctx->worker].deferred;
+		return fp_shuf_has_returns(sh, ctx->worker) ||
+		       fp_shuf_ready_count(sh, ctx->worker) || ctx->run->swk[ctx->worker].deferred;
 	return ctx->run->app_steal && ctx->run->app->work_pending(ctx, false);
 }
 

@@ -162,12 +162,13 @@ void fp_stack_input(struct fp_stack *st, struct fp_mbuf **frames, unsigned n, ui
  * fp_stack_irq(st, true) is on, the stack allocates and frees no memory: its tx and event
  * queues do not grow (a frame that finds the tx queue full is dropped and counted as
  * nobufs: a send is refused with -ENOBUFS, an ACK is lost; an event would be lost, so the
- * caller keeps room for them and for its sends: fp_stack_room), and input wakes no conn waiting for buffers (the next input or
- * poll outside does). Input allocates only for frames that fp_stack_quiet_frame() refuses:
- * hand it only those it accepts (an ACK, with or without data, for an established conn),
- * each of which queues at most 4 events, and frames: an ACK, and what the windows it opens
- * let out (retransmissions of a SACK recovery, held data). fp_stack_reserve() grows
- * the queues, outside, to hold @events more events and @frames more frames.
+ * caller keeps room for them and for its sends: fp_stack_room), and input wakes no conn
+ * waiting for buffers (the next input or poll outside does). Input allocates only for
+ * frames that fp_stack_quiet_frame() refuses: hand it only those it accepts (an ACK, with
+ * or without data, for an established conn without out-of-order data), each of which
+ * queues at most 4 events, and as frames an ACK and what the windows it opens let out
+ * (a SACK recovery's retransmissions). fp_stack_reserve() grows the queues, outside, to
+ * hold @events more events and @frames more frames.
  */
 void fp_stack_irq(struct fp_stack *st, bool on);
 bool fp_stack_quiet_frame(struct fp_stack *st, const struct fp_mbuf *m);

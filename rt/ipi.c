@@ -139,13 +139,20 @@ void rt_ipi_enter(struct fp_ctx *ctx)
 
 	ctx->tops->irq_prepare(ctx);
 	atomic_store_explicit(&p->since, fp_rdtsc(), memory_order_relaxed);
-	/* seq_cst: also a compiler barrier, so the handler sees everything prepared */
-	atomic_store(&p->inside, 1);
+	/* The handler runs on this thread: a compiler barrier orders it against what was
+	 * prepared (no fence instruction: this is on every request of a home); thieves on
+	 * other cores need only see @since before @inside (release). */
+	atomic_signal_fence(memory_order_seq_cst);
+	atomic_store_explicit(&p->inside, 1, memory_order_release);
+	atomic_signal_fence(memory_order_seq_cst);
 }
 
 void rt_ipi_leave(struct fp_ctx *ctx)
 {
-	atomic_store(&ctx->run->ipi[ctx->worker].inside, 0);
+	/* nothing after this (the calls, the stack) may move above it */
+	atomic_signal_fence(memory_order_seq_cst);
+	atomic_store_explicit(&ctx->run->ipi[ctx->worker].inside, 0, memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
 }
 
 /* Home @h has been inside its handler for at least --ipi-after-us. */

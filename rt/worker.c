@@ -339,7 +339,8 @@ static unsigned rt_rx(struct rt_wk *w, uint64_t now, bool *got)
 		taken = w->n_irq_held;
 		w->n_irq_held = 0;
 	}
-	if (w->run->ipi)
+	if (w->run->ipi &&   /* a line thieves read: written only when it changes */
+	    atomic_load_explicit(&w->run->ipi[w->ctx.worker].rx_blocked, memory_order_relaxed))
 		atomic_store_explicit(&w->run->ipi[w->ctx.worker].rx_blocked, 0,
 				      memory_order_relaxed);
 	n = w->q->ops->rx_burst(w->q, w->rx, w->batch);
@@ -880,9 +881,12 @@ static void rt_drain(struct rt_wk *w)
 
 /* ---- --notify ipi: the interrupt's work (rt/ipi.c says when it runs and why so) ---- */
 
-#define RT_IRQ_PER_FRAME 4      /* events and frames one quiet frame's input may queue
-				 * (net.h: fp_stack_quiet_frame) */
+#define RT_IRQ_PER_FRAME 4      /* events one quiet frame's input may queue (net.h:
+				 * fp_stack_quiet_frame), and its frames but for a SACK
+				 * recovery's (a full queue drops those, counted) */
 #define RT_IRQ_SLACK     64     /* kept free beyond what the interrupt's checks count */
+#define RT_IRQ_MSS_MIN   64     /* the smallest MSS a conn may have (tcp_input.c clamps
+				 * a peer's to it): a send's most segments */
 
 static unsigned rt_irq_room(const struct rt_wk *w)
 {
@@ -901,7 +905,8 @@ static void rt_irq_prepare(struct fp_ctx *ctx)
 	rt_steal_irq_prepare(ctx, room);
 }
 
-/* Frames a SENDV of @c may queue: its segments at the smallest MSS, and an ACK. */
+/* Frames a SENDV of @c may queue: its segments at the smallest MSS, and an ACK (a large
+ * send does not fit and waits for the loop). */
 static unsigned rt_irq_frames(const struct fp_call *c)
 {
 	uint64_t bytes = 0;
@@ -910,7 +915,7 @@ static unsigned rt_irq_frames(const struct fp_call *c)
 		return 2;
 	for (int i = 0; c->iov && i < c->iovcnt; i++)
 		bytes += c->iov[i].iov_len;
-	return (unsigned)(bytes / 536) + 2;
+	return (unsigned)(bytes / RT_IRQ_MSS_MIN) + 2;
 }
 
 static bool rt_irq_fits(struct fp_ctx *ctx, const struct fp_call *calls, unsigned n)

@@ -81,7 +81,11 @@ class Where:
 
     def __enter__(self):
         if self.topo:
+            t0 = time.time()
             self.topo.up()
+            if time.time() - t0 > 5:    # said, so a slow start is not mistaken for a hang
+                log(f"creating the namespaces took {time.time() - t0:.0f} s (the kernel "
+                    f"was busy: namespaces removed just before are still being torn down?)")
         return self
 
     def __exit__(self, *exc):

@@ -10,6 +10,8 @@ struct fp_tsc_info fp_tsc = {
 	.hz = FP_NS_PER_S, .ns_per_cyc_fp = 1ull << 32, .cyc_per_us = 1000,
 };
 
+void (*fp_spin_hook)(uint64_t ns);
+
 static uint64_t mono_raw_ns(void)
 {
 	struct timespec ts;

@@ -28,6 +28,16 @@
 
 struct fp_ctx;
 struct fp_devq;
+struct rt_wk;
+
+/* The cycle clock of the loops' budgets (steal.c's turn at its own flows): the TSC, or,
+ * when set, the virtual clock of the simulated core that runs (virtual.c, fp-vsim --full). */
+extern uint64_t (*rt_vcycles)(void);
+
+static inline uint64_t rt_cycles(void)
+{
+	return fp_unlikely(rt_vcycles) ? rt_vcycles() : fp_rdtsc();
+}
 
 /* A transport executes calls; conditions it produces go through rt_cond_push(). */
 struct rt_transport_ops {
@@ -346,6 +356,16 @@ int rt_worker_xdp(struct rt_run *run, unsigned worker, struct fp_xdp *x);
 int rt_worker_pair(struct rt_run *run, unsigned worker, struct fp_devq *q);
 int rt_worker_dpdk(struct rt_run *run, unsigned worker, struct fp_dpdk *d);
 int rt_worker_kernel(struct rt_run *run, unsigned worker);
+
+/* A worker without a thread of its own (virtual.c: fp-vsim --full steps the real workers in
+ * virtual time): its stack, context and application's init on @q at @now_us; rounds at
+ * the times the caller says; its earliest timer; fini and teardown. NULL with *@err. */
+struct rt_wk *rt_vworker_open(struct rt_run *run, unsigned worker, struct fp_devq *q,
+			      uint32_t addr, uint16_t n_queues, uint64_t now_us, int *err);
+bool rt_vworker_round(struct rt_wk *w, uint64_t now_us);
+uint64_t rt_vworker_next_us(struct rt_wk *w);
+struct fp_rt_worker_stats *rt_vworker_stats(struct rt_wk *w);
+void rt_vworker_close(struct rt_wk *w);
 
 /* Wake everything that sleeps on run->wake_fd (a worker leaving its loop calls it, so
  * an fp_ctx_stop() anywhere reaches sleeping workers and the main thread). run.c. */

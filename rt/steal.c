@@ -376,10 +376,10 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	/* 3. the rest: an ordinary round */
 	done += rt_ctx_round_plain(ctx) + (keep ? 1 : 0);
 	/* 4. own ready flows */
-	uint64_t until = fp_rdtsc() + fp_ns_to_cycles(RT_STEAL_LOCAL_NS);
+	uint64_t until = rt_cycles() + fp_ns_to_cycles(RT_STEAL_LOCAL_NS);
 
 	for (unsigned k = 0; !run->cfg->steal_force && k < RT_STEAL_LOCAL_MAX &&
-	     (!k || fp_rdtsc() < until) && (sf = fp_shuf_take(sh, me)); k++, done++) {
+	     (!k || rt_cycles() < until) && (sf = fp_shuf_take(sh, me)); k++, done++) {
 		note_taken(run, sf);
 		run_flow(ctx, w, SFLOW(sf));
 	}

@@ -1080,10 +1080,9 @@ static void rt_start_barrier(struct rt_run *run)
 		nanosleep(&t, NULL);
 }
 
-/* The app's lifetime on this worker: init, the loop, fini (whose calls still execute:
- * it may give back buffers it holds, and reset its flows), then the drain of what the
- * stack queued. Returns init's error, or 0. */
-static int rt_app_run(struct rt_wk *w)
+/* The app's start on this worker: init, then its calls (its listens) before the first
+ * frame. Returns init's error, or 0. */
+static int rt_app_start(struct rt_wk *w)
 {
 	const struct fp_app *app = w->run->app;
 	int ret = app->init ? app->init(&w->ctx, app->arg) : 0;
@@ -1093,8 +1092,35 @@ static int rt_app_run(struct rt_wk *w)
 			app->name ? app->name : "app", strerror(ret < 0 ? -ret : ret));
 		return ret;
 	}
-	rt_ctx_flush(&w->ctx);   /* init's calls (its listens) before the first frame */
+	rt_ctx_flush(&w->ctx);
 	atomic_fetch_add(&w->run->n_ready, 1);
+	return 0;
+}
+
+/* The app's end: fini (whose calls still execute: it may give back buffers it holds, and
+ * reset its flows), then what is left open is reset. */
+static void rt_app_stop(struct rt_wk *w)
+{
+	const struct fp_app *app = w->run->app;
+
+	if (app->fini)
+		app->fini(&w->ctx);
+	rt_ctx_flush(&w->ctx);
+	if (w->steer)
+		rt_steer_worker_exit(w->steer, w->ctx.worker, w->st, &w->q->cache);
+	/* Flows fini left open (a native-API app, a connect in flight, a close still in
+	 * FIN_WAIT): reset them, as a process exit would, so no peer keeps a dead one. */
+	fp_stack_reset_all(w->st);
+}
+
+/* The app's lifetime on this worker: start, the loop, stop, then the drain of what the
+ * stack queued. Returns init's error, or 0. */
+static int rt_app_run(struct rt_wk *w)
+{
+	int ret = rt_app_start(w);
+
+	if (ret)
+		return ret;
 	rt_start_barrier(w->run);
 	rt_steal_enter(w->run);
 	rt_ipi_bind(&w->ctx, w->q);
@@ -1106,47 +1132,48 @@ static int rt_app_run(struct rt_wk *w)
 		rt_steer_loop(w->steer, w->ctx.worker, false);
 	rt_steal_leave(w->run);
 	rt_ipi_unbind(&w->ctx);
-	if (app->fini)
-		app->fini(&w->ctx);
-	rt_ctx_flush(&w->ctx);
-	if (w->steer)
-		rt_steer_worker_exit(w->steer, w->ctx.worker, w->st, &w->q->cache);
-	/* Flows fini left open (a native-API app, a connect in flight, a close still in
-	 * FIN_WAIT): reset them, as a process exit would, so no peer keeps a dead one. */
-	fp_stack_reset_all(w->st);
+	rt_app_stop(w);
 	rt_drain(w);
 	return 0;
 }
 
-/* Everything between "we have a queue" and "the queue may be closed". */
-static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q,
-			  struct fp_devq *const *xq, unsigned n_xq,
-			  const struct rt_transport_ops *tops, uint32_t addr, uint16_t n_queues)
+/* A worker's state on @q (and the spare queues @xq): its stack and context. NULL with
+ * *@err (a line said why). */
+static struct rt_wk *rt_wk_open(struct rt_run *run, unsigned worker, struct fp_devq *q,
+				struct fp_devq *const *xq, unsigned n_xq,
+				const struct rt_transport_ops *tops, uint32_t addr,
+				uint16_t n_queues, uint64_t now, int *err)
 {
 	struct rt_wk *w = rt_wk_new(run, worker, q);
-	uint64_t now = rt_now_us();
-	int ret;
 
-	if (!w)
-		return -ENOMEM;
+	if (!w) {
+		*err = -ENOMEM;
+		return NULL;
+	}
 	if (n_xq)
 		memcpy(w->xq, xq, n_xq * sizeof(*xq));
 	w->n_xq = n_xq;
 	if (!(w->st = rt_stack_create(w, worker, addr, n_queues, now))) {
-		ret = -errno;
+		*err = -errno;
 		fprintf(stderr, "flowplane: worker %u: stack: %s\n", worker, strerror(errno));
 		free(w);
-		return ret;
+		return NULL;
 	}
-	if ((ret = rt_ctx_init(&w->ctx, run, worker, tops, w, now)) == 0) {
-		w->ctx.local_addr = addr;
-		ret = rt_app_run(w);
-		rt_publish(w, rt_now_us());
-		if (w->steer)
-			rt_steer_tally(w->steer, worker, w->ctx.stats);
+	if ((*err = rt_ctx_init(&w->ctx, run, worker, tops, w, now))) {
+		fp_stack_destroy(w->st);
+		free(w);
+		return NULL;
 	}
-	/* The held frames go back through the queue's cache; the stack first, then the
-	 * frames it handed to the device (their last references are the device's). */
+	w->ctx.local_addr = addr;
+	return w;
+}
+
+/* The held frames go back through the queue's cache; the stack first, then the frames it
+ * handed to the device (their last references are the device's). */
+static void rt_wk_close(struct rt_wk *w)
+{
+	struct fp_devq *q = w->q;
+
 	fp_stack_destroy(w->st);
 	if (w->held)
 		fp_mbuf_free(&q->cache, w->held);
@@ -1159,6 +1186,24 @@ static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q
 	q->ops->reclaim(q);
 	rt_ctx_fini(&w->ctx);
 	free(w);
+}
+
+/* Everything between "we have a queue" and "the queue may be closed". */
+static int rt_worker_body(struct rt_run *run, unsigned worker, struct fp_devq *q,
+			  struct fp_devq *const *xq, unsigned n_xq,
+			  const struct rt_transport_ops *tops, uint32_t addr, uint16_t n_queues)
+{
+	int ret;
+	struct rt_wk *w = rt_wk_open(run, worker, q, xq, n_xq, tops, addr, n_queues,
+				     rt_now_us(), &ret);
+
+	if (!w)
+		return ret;
+	ret = rt_app_run(w);
+	rt_publish(w, rt_now_us());
+	if (w->steer)
+		rt_steer_tally(w->steer, worker, w->ctx.stats);
+	rt_wk_close(w);
 	return ret;
 }
 
@@ -1239,4 +1284,44 @@ int rt_worker_pair(struct rt_run *run, unsigned worker, struct fp_devq *q)
 	/* Each worker is its own host on the pair's wire: worker i is ipv4 + i. The caller
 	 * owns the queue and closes it after the run. */
 	return rt_worker_body(run, worker, q, NULL, 0, &rt_pair_ops, run->cfg->ipv4 + worker, 1);
+}
+
+/* ---- fp-vsim --full: a worker stepped by the simulator (virtual.c) ---- */
+
+static const struct rt_transport_ops rt_vsim_ops = RT_WORKER_OPS("vsim");
+
+struct rt_wk *rt_vworker_open(struct rt_run *run, unsigned worker, struct fp_devq *q,
+			      uint32_t addr, uint16_t n_queues, uint64_t now_us, int *err)
+{
+	struct rt_wk *w = rt_wk_open(run, worker, q, NULL, 0, &rt_vsim_ops, addr, n_queues,
+				     now_us, err);
+
+	if (w && (*err = rt_app_start(w))) {
+		rt_wk_close(w);
+		return NULL;
+	}
+	return w;
+}
+
+bool rt_vworker_round(struct rt_wk *w, uint64_t now_us)
+{
+	unsigned batch;
+
+	return rt_round(w, now_us, &batch);
+}
+
+uint64_t rt_vworker_next_us(struct rt_wk *w)
+{
+	uint64_t st = fp_stack_next_us(w->st), app = rt_ctx_next_us(&w->ctx);
+
+	return st < app ? st : app;
+}
+
+struct fp_rt_worker_stats *rt_vworker_stats(struct rt_wk *w) { return w->ctx.stats; }
+
+void rt_vworker_close(struct rt_wk *w)
+{
+	rt_app_stop(w);
+	rt_tx(w);
+	rt_wk_close(w);
 }

@@ -32,13 +32,11 @@ static inline uint64_t echo_le(const uint8_t *p, unsigned n)
 	return v;
 }
 
-/* Busy-wait @ns on the TSC (calibrated by fp_rt_run before the workers start). */
+/* Busy-wait @ns on the TSC (calibrated by fp_rt_run before the workers start), or in a
+ * simulator's virtual time (clock.h: fp_spin_ns). */
 static inline void echo_spin_for(uint64_t ns)
 {
-	uint64_t end = fp_rdtsc() + fp_ns_to_cycles(ns);
-
-	while (fp_rdtsc() < end)
-		__builtin_ia32_pause();
+	fp_spin_ns(ns);
 }
 
 enum echo_mode { ECHO_SERVER, ECHO_CLIENT, ECHO_PINGPONG, ECHO_SPIN };
@@ -93,3 +91,6 @@ int echo_client_run(const struct echo_opts *o);    /* client and pingpong */
 int echo_spin_run(const struct echo_opts *o);      /* fp-loadgen's spin protocol (spin.c) */
 int echo_spin_native_run(const struct echo_opts *o); /* the same on api.h, and server
 							* --native's echo (spin_native.c) */
+/* spin_native.c's application, for a caller that runs it itself (fp-vsim --full) */
+struct fp_app;
+void echo_spin_native_app(struct fp_app *app, const struct echo_opts *o);

@@ -300,9 +300,9 @@ static void spin_arrive(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t cooki
 		list_add(fp_ctx_user(ctx), (struct nconn *)(uintptr_t)cookie);
 }
 
-int echo_spin_native_run(const struct echo_opts *o)
+void echo_spin_native_app(struct fp_app *app, const struct echo_opts *o)
 {
-	struct fp_app app = {
+	*app = (struct fp_app){
 		.name = o->mode == ECHO_SERVER ? "fp-echo server --native" : "fp-echo spin --native",
 		.init = spin_init,
 		.handle = spin_handle,
@@ -312,6 +312,12 @@ int echo_spin_native_run(const struct echo_opts *o)
 		.flow_leave = spin_leave,
 		.flow_arrive = spin_arrive,
 	};
+}
 
+int echo_spin_native_run(const struct echo_opts *o)
+{
+	struct fp_app app;
+
+	echo_spin_native_app(&app, o);
 	return fp_rt_run(&o->rt, &app) ? 1 : 0;
 }

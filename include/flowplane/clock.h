@@ -46,6 +46,26 @@ static inline uint64_t fp_ns_to_cycles(uint64_t ns)
 	return (uint64_t)(((unsigned __int128)ns * fp_tsc.hz) / FP_NS_PER_S);
 }
 
+/*
+ * Time an application spends on purpose (a synthetic service time: fp-echo spin's
+ * requests). Spun on the TSC; but when fp_spin_hook is set (fp-vsim --full runs the real
+ * workers in virtual time, tools/vsim/full.c), handed to it instead: the simulated core's
+ * clock moves on by @ns and the other cores run meanwhile.
+ */
+extern void (*fp_spin_hook)(uint64_t ns);
+
+static inline void fp_spin_ns(uint64_t ns)
+{
+	if (fp_unlikely(fp_spin_hook)) {
+		fp_spin_hook(ns);
+		return;
+	}
+	uint64_t end = fp_rdtsc() + fp_ns_to_cycles(ns);
+
+	while (fp_rdtsc() < end)
+		__builtin_ia32_pause();
+}
+
 /* Nanoseconds since calibration, from the TSC. */
 static inline uint64_t fp_tsc_ns(void) { return fp_cycles_to_ns(fp_rdtsc() - fp_tsc.tsc0); }
 

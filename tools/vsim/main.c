@@ -75,6 +75,12 @@ static const char usage[] =
 	"                         workers' core-seconds per clock are in the result\n"
 	"  --policy FILE          with --ctl: fp-ctl's policy file (key = value; a ladder line\n"
 	"                         WORKERS@GHZ, ... sets the configurations to step through)\n"
+	"  --full                 the real dataplane instead of the model, in virtual time:\n"
+	"                         rt/'s worker loop, the TCP/IP stack, steal.c and fp-echo\n"
+	"                         spin --native's handler on each core, a virtual NIC with\n"
+	"                         RSS, a client stack sending the requests over TCP (--flows\n"
+	"                         connections, default 1024); costs: poll_ns, rx_ns,\n"
+	"                         steal_ns, wire_ns\n"
 	"  --real                 real threads: workers on --cores, then the generator\n"
 	"  --cores LIST           real: n+1 cores, e.g. 0-15 (default: 0..n)\n"
 	"  --calibrate FILE       real: write the measured mean cost of each step as a\n"
@@ -297,7 +303,8 @@ static void print_header(struct out *o, const struct vs_config *c, int argc, cha
 		else
 			snprintf(nreq, sizeof(nreq), "%llu requests", (unsigned long long)c->requests);
 		fprintf(o->f, "# fp-vsim %s: %u workers, %s%s%s, %s S=%g us, %s, %u flows, seed "
-			"%llu\n", c->real ? "real threads" : "virtual time", c->n,
+			"%llu\n", c->real ? "real threads" : c->full ? "virtual time, the real "
+			"dataplane (--full)" : "virtual time", c->n,
 			sched_name(c), c->sched == VS_SCHED_STEAL ?
 			(c->victim == FP_SHUF_VICTIM_OLDEST ? " (oldest)" : " (random)") : "",
 			c->notify == VS_NOTIFY_IPI ? " +ipi" : "", c->dist, c->mean_us, nreq, c->flows,
@@ -346,7 +353,8 @@ static void print_header(struct out *o, const struct vs_config *c, int argc, cha
 	fprintf(o->f, "\",\n \"config\": {\"world\": \"%s\", \"workers\": %u, \"sched\": \"%s\", "
 		"\"victim\": \"%s\", \"notify\": \"%s\", \"dist\": \"%s\", \"mean_service_us\": %g, "
 		"\"requests\": %llu, \"warmup\": %g, \"flows\": %u, \"batch\": %u, \"seed\": %llu, "
-		"\"slo_mult\": %g, \"costs\": {", c->real ? "real" : "virtual", c->n, sched_name(c),
+		"\"slo_mult\": %g, \"costs\": {", c->real ? "real" : c->full ? "full" : "virtual",
+		c->n, sched_name(c),
 		c->victim == FP_SHUF_VICTIM_OLDEST ? "oldest" : "random",
 		c->notify == VS_NOTIFY_IPI ? "ipi" : "poll", c->dist, c->mean_us,
 		(unsigned long long)c->requests, c->warmup, c->flows, c->batch,
@@ -396,9 +404,16 @@ static int point(struct vs_config *c, double load, struct vs_result *res)
 	rc = vs_run_setup(&r, c);
 	if (rc)
 		return rc;
-	rc = c->real ? vs_real(&r) : vs_virtual(&r);
-	if (!rc)
-		vs_collect(&r, res);
+	if (c->full) {
+		char err[300];
+
+		if ((rc = vs_full(&r, res, err, sizeof(err))))
+			fprintf(stderr, "fp-vsim: --full: %s\n", err);
+	} else {
+		rc = c->real ? vs_real(&r) : vs_virtual(&r);
+		if (!rc)
+			vs_collect(&r, res);
+	}
 	vs_run_free(&r);
 	return rc;
 }
@@ -443,7 +458,7 @@ static void write_calibration(const char *path, const struct vs_config *c,
 enum { O_SCHED = 256, O_VICTIM, O_NOTIFY, O_MEAN, O_SWEEP, O_MAXLOAD, O_SLO, O_REQ, O_WARM,
        O_FLOWS, O_BATCH, O_SEED, O_COST, O_COSTS, O_LIST, O_REAL, O_CORES, O_CALIB, O_FORMAT,
        O_QUIET, O_ALLOC, O_HOMES, O_ALLOC_US, O_SPIN_US, O_SHIFT, O_WINDOWS, O_GHZ, O_NOMINAL,
-       O_SLO_US, O_PATTERN, O_PATTERN_S, O_CTL, O_POLICY };
+       O_SLO_US, O_PATTERN, O_PATTERN_S, O_CTL, O_POLICY, O_FULL };
 
 static const struct option opts[] = {
 	{"workers", required_argument, 0, 'n'}, {"sched", required_argument, 0, O_SCHED},
@@ -456,6 +471,7 @@ static const struct option opts[] = {
 	{"seed", required_argument, 0, O_SEED}, {"cost", required_argument, 0, O_COST},
 	{"costs", required_argument, 0, O_COSTS}, {"list-costs", no_argument, 0, O_LIST},
 	{"real", no_argument, 0, O_REAL}, {"cores", required_argument, 0, O_CORES},
+	{"full", no_argument, 0, O_FULL},
 	{"calibrate", required_argument, 0, O_CALIB}, {"format", required_argument, 0, O_FORMAT},
 	{"quiet", no_argument, 0, O_QUIET}, {"alloc", no_argument, 0, O_ALLOC},
 	{"homes", required_argument, 0, O_HOMES}, {"alloc-us", required_argument, 0, O_ALLOC_US},
@@ -475,7 +491,7 @@ int main(int argc, char **argv)
 		.slo_mult = 10, .homes = 1, .alloc_us = 5, .spin_us = 2,
 	};
 	double sw_a = 0, sw_b = 0, sw_step = 0;
-	bool sweep = false, max_load = false, quiet = !isatty(2), json = false;
+	bool sweep = false, max_load = false, quiet = !isatty(2), json = false, flows_set = false;
 	const char *outpath = NULL, *calib = NULL, *policy = NULL;
 	double pattern_s = 8;
 	struct out o = {0};
@@ -518,7 +534,10 @@ int main(int argc, char **argv)
 		case O_SLO: c.slo_mult = num("slo-mult", optarg, 1, 1e6); break;
 		case O_REQ: c.requests = (uint64_t)num("requests", optarg, 100, 1e8); break;
 		case O_WARM: c.warmup = num("warmup", optarg, 0, 0.9); break;
-		case O_FLOWS: c.flows = (uint32_t)num("flows", optarg, 1, 1 << 24); break;
+		case O_FLOWS:
+			c.flows = (uint32_t)num("flows", optarg, 1, 1 << 24);
+			flows_set = true;
+			break;
 		case O_BATCH: c.batch = (unsigned)num("batch", optarg, 1, 1024); break;
 		case O_SEED: c.seed = (uint64_t)num("seed", optarg, 0, 1e15); break;
 		case O_COST: {
@@ -534,6 +553,7 @@ int main(int argc, char **argv)
 				printf("%-14s %s\n", vs_cost_names[i].name, vs_cost_names[i].help);
 			return 0;
 		case O_REAL: c.real = true; break;
+		case O_FULL: c.full = true; break;
 		case O_CORES: parse_cores(&c, optarg); break;
 		case O_CALIB: calib = optarg; break;
 		case O_FORMAT:
@@ -570,6 +590,16 @@ int main(int argc, char **argv)
 		die("unexpected argument%s%s", optind < argc ? " " : "", optind < argc ? argv[optind] : "");
 	if (sweep && max_load)
 		die("--sweep and --max-load do not go together");
+	if (c.full && (c.real || c.alloc || c.ctl || c.pattern_spec || c.shift_ms > 0 ||
+		       c.window_us > 0 || c.notify != VS_NOTIFY_POLL || calib ||
+		       c.ghz || c.nominal_ghz))
+		die("--full runs the real workers at one load in virtual time: not with --real, "
+		    "--alloc, --ctl, --pattern, --shift, --windows, --notify ipi, --calibrate or "
+		    "--ghz");
+	if (c.full && c.victim != FP_SHUF_VICTIM_RANDOM)
+		die("--full: the workers' shuffle layer picks its victims at random (ZygOS's)");
+	if (c.full && !flows_set)
+		c.flows = 1024;
 	if (c.alloc && c.real)
 		die("--alloc runs in virtual time only (the real allocator is another program)");
 	if (c.alloc && c.sched != VS_SCHED_STEAL)

@@ -25,6 +25,7 @@ const struct vs_cost_name vs_cost_names[] = {
 	{"wake_ns", F(wake_ns), "--alloc: a grant decided to its worker running"},
 	{"park_ns", F(park_ns), "--alloc: a worker's cost of parking"},
 	{"move_ns", F(move_ns), "--ctl: the old owner's cost of starting a group's move"},
+	{"wire_ns", F(wire_ns), "--full: a frame's time from one NIC to the other"},
 };
 #undef F
 const unsigned vs_n_cost_names = sizeof(vs_cost_names) / sizeof(vs_cost_names[0]);

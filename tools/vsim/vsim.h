@@ -55,6 +55,7 @@ struct vs_costs {
 	double park_ns;      /* --alloc: a worker's cost of parking (its core is nobody's) */
 	double move_ns;      /* --ctl: the old owner's cost of starting a flow group's move
 			      * (IX's hold: marking it, stopping its timers) */
+	double wire_ns;      /* --full: a frame's time from one NIC to the other */
 };
 
 struct vs_cost_name {
@@ -80,6 +81,7 @@ struct vs_config {
 	uint64_t seed;
 	struct vs_costs costs;
 	bool real;
+	bool full;                   /* the real workers, stack and handler (full.c) */
 	int cores[VS_MAX_CORES + 1]; /* real: worker cores, then the generator's */
 	unsigned n_cores_listed;
 	double slo_mult;             /* --max-load: p99 <= slo_mult x S */
@@ -277,3 +279,6 @@ void vs_cfg_log(struct vs_run *r, uint64_t t);    /* workers polling / the clock
 /* virt.c, real.c */
 int vs_virtual(struct vs_run *r);
 int vs_real(struct vs_run *r);
+/* full.c: @r's requests served by the real workers in virtual time; fills @res (as
+ * vs_collect does). 0, or -errno with one line in @err. */
+int vs_full(struct vs_run *r, struct vs_result *res, char *err, size_t errlen);

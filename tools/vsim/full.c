@@ -1,0 +1,904 @@
+/* full.c: fp-vsim --full: the real workers (loop, stack, scheduler, fp-echo's spin server) on N virtual cores, over a virtual NIC, in virtual time. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <flowplane/clock.h>
+#include <flowplane/net.h>
+#include <flowplane/pool.h>
+#include <flowplane/rss.h>
+#include <flowplane/rt_virtual.h>
+
+#include "echo.h"   /* apps/echo: the spin server's application and protocol */
+#include "vsim.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FR_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FR_ASAN 1
+#endif
+#endif
+#ifdef FR_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+/*
+ * model.c's workload (the same requests: arrival times, service times, flows) served by
+ * the code a real run executes: rt/worker.c's round over a device queue, the TCP/IP stack,
+ * steal.c and the shuffle layer under --sched steal, and fp-echo spin --native's handler,
+ * which spins each request's service time. Only time and interleaving are virtual.
+ *
+ *   - Each worker is a coroutine (its own stack, ucontext) with its own clock. The
+ *     scheduler resumes whatever is earliest: the client's next event or the core with the
+ *     smallest clock (ties: the client, then the lowest core). A core runs one round of the
+ *     real loop at its clock, then pays the round's cost (below) and yields. Inside a round
+ *     the handler's service time (fp_spin_hook) moves the core's clock on and yields, so
+ *     other cores run meanwhile and see what this one has done up to that point, as real
+ *     cores would: a thief can take a flow the home posted while the home spins on another.
+ *     What a core sends leaves at its clock at the moment it sends.
+ *   - A round that did nothing parks the core until something it might act on happens: a
+ *     frame for its queue, its next stack or application timer, or (stealing) another core
+ *     posting work (each service time a core starts, each busy round it ends); it then
+ *     looks one poll_ns later, as a polling core would.
+ *   - The virtual NIC has one queue per worker and RSS: a frame's flow group (the
+ *     symmetric Toeplitz hash of its 4-tuple) picks its queue by the indirection table
+ *     (group g -> worker g % n, as model.c's); frames without ports (ARP) go to every
+ *     queue. Frames are copied into the receiving side's buffers, as a NIC's DMA would,
+ *     and arrive --wire-ns after they are sent (default 0).
+ *   - The client is outside the simulated machine and costs nothing: one stack per worker
+ *     (stack k dials the flows whose home is worker k, from ports whose group maps to k, as
+ *     IX's outbound trick does, so each flow has model.c's home), connects every flow, then
+ *     sends request i at its arrival time on its flow's connection (a 16-byte spin header)
+ *     and takes its latency when the reply's last byte arrives.
+ *
+ * A round's cost: poll_ns, plus rx_ns per frame the worker received and steal_ns per flow
+ * it stole, at least FR_ROUND_MIN_NS (so a loop that keeps finding work cannot stop time).
+ * The other costs of the model are model.c's steps and do not apply here.
+ */
+
+#define FR_STACK_SIZE   (1u << 20)    /* per core coroutine (ASan's frames are large) */
+#define FR_ROUND_MIN_NS 10            /* the least a round costs */
+#define FR_BUFS         4096          /* per server queue */
+#define FR_BUF_SIZE     2048
+#define FR_PORT         7
+#define FR_SRV_IP       0x0a000001u   /* 10.0.0.1 */
+#define FR_CLI_IP       0x0a000002u
+#define FR_BURST        64
+#define FR_STALL_NS     (10ull * FP_NS_PER_S)   /* virtual time past the last arrival */
+
+struct fr;
+
+/* Frames in flight to one receiver, in the order they were sent (their times never go
+ * back: everything runs in time order). */
+struct fr_frame {
+	uint64_t t;
+	struct fp_mbuf *m;
+};
+
+struct fr_fifo {
+	struct fr_frame *a;
+	size_t head, n, cap;
+};
+
+/* One queue of the virtual NIC, a worker's. */
+struct fr_q {
+	struct fp_devq q;             /* first: the ops get a struct fp_devq * */
+	struct fr *f;
+	unsigned id;
+	struct fr_fifo rx;
+	uint64_t rx_frames, tx_frames;
+};
+
+struct fr_core {
+	struct fr *f;
+	unsigned id;
+	struct fr_q *q;
+	struct fp_rt_vworker *w;
+	uint64_t clock;               /* ns */
+	bool started, parked, done;
+	uint64_t wake_at;             /* parked: when it looks again (UINT64_MAX: on an event) */
+	ucontext_t uc;
+	void *stack;
+	void *fake;                   /* ASan's fake stack while switched out */
+	uint64_t rounds, idle_rounds, spins;
+};
+
+/* The client's side of one flow. */
+struct fr_conn {
+	struct fp_tcp_conn *c;
+	unsigned k;                   /* its client stack: its home worker */
+	bool up;
+	uint8_t in[SPIN_HDR];
+	unsigned in_len;
+	uint32_t *pend;               /* requests sent and not answered, oldest first */
+	uint32_t pend_head, pend_n, pend_cap;
+	uint8_t *out;                 /* request bytes the stack has not taken yet */
+	size_t out_len, out_cap;
+};
+
+struct fr {
+	struct vs_run *r;
+	const struct vs_config *cfg;
+	unsigned n;
+	struct fr_core *core;
+	struct fr_core *cur;          /* the core running now; NULL: the scheduler */
+	ucontext_t sched_uc;
+	const void *main_bottom;      /* the scheduler's stack, for ASan */
+	size_t main_size;
+	bool stopping;
+	/* the machine */
+	struct fp_rt_config rtc;
+	struct echo_opts eo;
+	struct fp_app app;
+	uint16_t table[FP_RSS_GROUPS];
+	struct fp_rss rss;
+	struct fp_rt_virtual *v;
+	/* the client */
+	uint64_t now;                 /* the client's clock (ns) */
+	struct fp_pool *cpool;
+	struct fp_pool_cache ccache;
+	struct fp_stack **cst;        /* [n] */
+	struct fr_fifo *to_cli;       /* [n] */
+	struct fr_conn *conn;         /* [flows] */
+	uint32_t n_up;
+	uint64_t t0;                  /* arrivals start (0: not yet) */
+	uint64_t next_req, replied, last_reply;
+	uint64_t bad_replies, cli_drops;
+	char err[256];
+};
+
+static struct fr *F;   /* the run the hooks (fp_spin_hook, rt's clock) belong to */
+
+/* ---- frames in flight ---- */
+
+static int fifo_push(struct fr_fifo *q, uint64_t t, struct fp_mbuf *m)
+{
+	if (q->n == q->cap) {
+		size_t cap = q->cap ? q->cap * 2 : 256;
+		struct fr_frame *a = malloc(cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		for (size_t i = 0; i < q->n; i++)
+			a[i] = q->a[(q->head + i) % q->cap];
+		free(q->a);
+		q->a = a;
+		q->cap = cap;
+		q->head = 0;
+	}
+	q->a[(q->head + q->n) % q->cap] = (struct fr_frame){ t, m };
+	q->n++;
+	return 0;
+}
+
+static struct fp_mbuf *fifo_pop_due(struct fr_fifo *q, uint64_t now)
+{
+	struct fp_mbuf *m;
+
+	if (!q->n || q->a[q->head].t > now)
+		return NULL;
+	m = q->a[q->head].m;
+	q->head = (q->head + 1) % q->cap;
+	q->n--;
+	return m;
+}
+
+static uint64_t fifo_next(const struct fr_fifo *q)
+{
+	return q->n ? q->a[q->head].t : UINT64_MAX;
+}
+
+static void fifo_free(struct fr_fifo *q, struct fp_pool_cache *c)
+{
+	struct fp_mbuf *m;
+
+	while ((m = fifo_pop_due(q, UINT64_MAX)))
+		fp_mbuf_free(c, m);
+	free(q->a);
+	memset(q, 0, sizeof(*q));
+}
+
+/* A copy of @src in a buffer of @c's pool (a NIC's DMA); NULL when it has none. */
+static struct fp_mbuf *copy_frame(struct fp_pool_cache *c, const struct fp_mbuf *src)
+{
+	struct fp_mbuf *m = fp_pool_get(c);
+	uint8_t *p;
+
+	if (!m)
+		return NULL;
+	if (!(p = fp_mbuf_append(m, src->pkt_len))) {
+		fp_mbuf_free(c, m);
+		return NULL;
+	}
+	fp_mbuf_read(src, 0, p, src->pkt_len);
+	return m;
+}
+
+/* The NIC's RSS: the frame's flow group, or -1 when it has no ports (ARP, ...). */
+static int frame_group(const struct fr *f, const struct fp_mbuf *m)
+{
+	const uint8_t *p = fp_mbuf_data(m);
+	uint32_t len = m->data_len, ihl, src, dst;
+	uint16_t sport, dport;
+
+	if (len < 14 + 20 + 4 || p[12] != 0x08 || p[13] != 0x00)
+		return -1;
+	p += 14;
+	ihl = (p[0] & 15u) * 4;
+	if ((p[9] != 6 && p[9] != 17) || ihl < 20 || len < 14 + ihl + 4)
+		return -1;
+	memcpy(&src, p + 12, 4);
+	memcpy(&dst, p + 16, 4);
+	memcpy(&sport, p + ihl, 2);
+	memcpy(&dport, p + ihl + 2, 2);
+	return (int)fp_rss_group(fp_rss_ipv4_l4(&f->rss, src, dst, sport, dport));
+}
+
+/* ---- the schedule ---- */
+
+static uint64_t fr_vcycles(void)
+{
+	return fp_ns_to_cycles(F->cur ? F->cur->clock : F->now);
+}
+
+/* The running core gives the scheduler its turn; back here when the scheduler resumes it. */
+static void core_yield(struct fr_core *c)
+{
+	struct fr *f = c->f;
+
+#ifdef FR_ASAN
+	__sanitizer_start_switch_fiber(&c->fake, f->main_bottom, f->main_size);
+#endif
+	swapcontext(&c->uc, &f->sched_uc);
+#ifdef FR_ASAN
+	__sanitizer_finish_switch_fiber(c->fake, NULL, NULL);
+#endif
+}
+
+static void core_resume(struct fr *f, struct fr_core *c)
+{
+	void *fake = NULL;
+
+	f->cur = c;
+#ifdef FR_ASAN
+	__sanitizer_start_switch_fiber(&fake, c->stack, FR_STACK_SIZE);
+#endif
+	swapcontext(&f->sched_uc, &c->uc);
+#ifdef FR_ASAN
+	__sanitizer_finish_switch_fiber(fake, &f->main_bottom, &f->main_size);
+#else
+	(void)fake;
+#endif
+	f->cur = NULL;
+}
+
+/* @c is parked: it looks again at @t (one poll pass after what woke it). */
+static void core_wake(struct fr *f, struct fr_core *c, uint64_t t)
+{
+	uint64_t at = (t > c->clock ? t : c->clock) + (uint64_t)f->cfg->costs.poll_ns;
+
+	if (c->parked && at < c->wake_at)
+		c->wake_at = at;
+}
+
+/* Stealing: every parked core may have work to take now. */
+static void wake_thieves(struct fr *f, const struct fr_core *by, uint64_t t)
+{
+	if (f->cfg->sched != VS_SCHED_STEAL)
+		return;
+	for (unsigned i = 0; i < f->n; i++)
+		if (&f->core[i] != by)
+			core_wake(f, &f->core[i], t);
+}
+
+/* fp_spin_hook: the handler spins @ns; the core's clock moves on while the others run. */
+static void fr_spin(uint64_t ns)
+{
+	struct fr_core *c = F->cur;
+
+	if (!c)
+		return;   /* not from a core (cannot happen: only handlers spin) */
+	c->spins++;
+	wake_thieves(F, c, c->clock);   /* what it posted before spinning can be taken */
+	c->clock += ns;
+	core_yield(c);
+}
+
+static void core_main(void)
+{
+	struct fr *f = F;
+	struct fr_core *c = f->cur;
+
+#ifdef FR_ASAN
+	__sanitizer_finish_switch_fiber(NULL, &f->main_bottom, &f->main_size);
+#endif
+	c->started = true;
+	while (!f->stopping) {
+		const struct fp_rt_worker_stats *s = fp_rt_vworker_stats(c->w);
+		uint64_t rx0 = c->q->rx_frames, stolen0 = s->sched_stolen;
+		bool busy = fp_rt_vworker_round(c->w, c->clock / FP_NS_PER_US);
+		double cost = f->cfg->costs.poll_ns +
+			      f->cfg->costs.rx_ns * (double)(c->q->rx_frames - rx0) +
+			      f->cfg->costs.steal_ns * (double)(s->sched_stolen - stolen0);
+
+		c->rounds++;
+		c->clock += cost < FR_ROUND_MIN_NS ? FR_ROUND_MIN_NS : (uint64_t)cost;
+		if (busy) {
+			wake_thieves(f, c, c->clock);
+		} else {
+			uint64_t next = fp_rt_vworker_next_us(c->w);
+
+			c->idle_rounds++;
+			c->parked = true;
+			c->wake_at = next == UINT64_MAX ? UINT64_MAX : next * FP_NS_PER_US;
+			if (c->wake_at <= c->clock)   /* due now and not fired: the next µs */
+				c->wake_at = c->clock + FP_NS_PER_US;
+		}
+		core_yield(c);
+	}
+	c->done = true;
+#ifdef FR_ASAN
+	__sanitizer_start_switch_fiber(NULL, f->main_bottom, f->main_size);
+#endif
+	setcontext(&f->sched_uc);
+}
+
+/* ---- the virtual NIC's queues (the workers' device) ---- */
+
+static struct fr_q *q_of(struct fp_devq *q) { return (struct fr_q *)q; }
+
+static uint64_t q_now(const struct fr_q *q)
+{
+	return q->f->cur ? q->f->cur->clock : q->f->now;
+}
+
+static unsigned vq_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned max)
+{
+	struct fr_q *q = q_of(dq);
+	uint64_t now = q_now(q);
+	unsigned n = 0;
+
+	while (n < max && (out[n] = fifo_pop_due(&q->rx, now)))
+		n++;
+	q->rx_frames += n;
+	return n;
+}
+
+/* A worker's frames go to the client: the stack whose flows' group they are in. */
+static unsigned vq_tx_burst(struct fp_devq *dq, struct fp_mbuf **frames, unsigned n)
+{
+	struct fr_q *q = q_of(dq);
+	struct fr *f = q->f;
+	uint64_t t = q_now(q) + (uint64_t)f->cfg->costs.wire_ns;
+
+	for (unsigned i = 0; i < n; i++) {
+		int g = frame_group(f, frames[i]);
+		unsigned lo = g < 0 ? 0 : f->table[g], hi = g < 0 ? f->n : lo + 1;
+
+		for (unsigned k = lo; k < hi; k++) {
+			struct fp_mbuf *m = copy_frame(&f->ccache, frames[i]);
+
+			if (!m || fifo_push(&f->to_cli[k], t, m)) {
+				if (m)
+					fp_mbuf_free(&f->ccache, m);
+				f->cli_drops++;
+			}
+		}
+		fp_mbuf_free(&dq->cache, frames[i]);
+	}
+	q->tx_frames += n;
+	return n;
+}
+
+static unsigned vq_reclaim(struct fp_devq *dq) { (void)dq; return 0; }
+static int vq_wait_fd(struct fp_devq *dq) { (void)dq; return -1; }
+
+static unsigned vq_rx_ready(struct fp_devq *dq)
+{
+	struct fr_q *q = q_of(dq);
+	uint64_t now = q_now(q);
+	unsigned n = 0;
+
+	for (size_t i = 0; i < q->rx.n && q->rx.a[(q->rx.head + i) % q->rx.cap].t <= now; i++)
+		n++;
+	return n;
+}
+
+static unsigned vq_rx_waiting(const struct fp_devq *dq)
+{
+	return vq_rx_ready((struct fp_devq *)dq);
+}
+
+static void vq_stats(struct fp_devq *dq, struct fp_dev_stats *out)
+{
+	struct fr_q *q = q_of(dq);
+
+	memset(out, 0, sizeof(*out));
+	out->rx_frames = q->rx_frames;
+	out->tx_frames = q->tx_frames;
+}
+
+static void vq_close(struct fp_devq *dq)
+{
+	struct fr_q *q = q_of(dq);
+
+	fifo_free(&q->rx, &dq->cache);
+	fp_pool_cache_flush(&dq->cache);
+	fp_pool_destroy(dq->pool);
+	free(q);
+}
+
+static const struct fp_dev_ops vq_ops = {
+	.name = "vnic",
+	.rx_burst = vq_rx_burst,
+	.tx_burst = vq_tx_burst,
+	.reclaim = vq_reclaim,
+	.wait_fd = vq_wait_fd,
+	.rx_ready = vq_rx_ready,
+	.rx_waiting = vq_rx_waiting,
+	.stats = vq_stats,
+	.close = vq_close,
+};
+
+static struct fr_q *vq_open(struct fr *f, unsigned id)
+{
+	struct fr_q *q = calloc(1, sizeof(*q));
+	char name[32];
+
+	if (!q)
+		return NULL;
+	snprintf(name, sizeof(name), "vnic%u", id);
+	struct fp_pool_params pp = { .name = name, .n_bufs = FR_BUFS, .buf_size = FR_BUF_SIZE };
+
+	q->f = f;
+	q->id = id;
+	q->q.ops = &vq_ops;
+	q->q.mac = (struct fp_eth_addr){ .b = { 0x02, 0, 0, 0, 0, 0x01 } };
+	q->q.mtu = 1500;
+	q->q.queue_id = (uint16_t)id;
+	q->q.rx_bufs = 0;
+	if (!(q->q.pool = fp_pool_create(&pp)) || fp_pool_cache_init(&q->q.cache, q->q.pool)) {
+		if (q->q.pool)
+			fp_pool_destroy(q->q.pool);
+		free(q);
+		return NULL;
+	}
+	return q;
+}
+
+/* The client's frames go to the workers' queues by RSS (ARP to every queue). */
+static void to_workers(struct fr *f, struct fp_mbuf *src, uint64_t t)
+{
+	int g = frame_group(f, src);
+	unsigned lo = g < 0 ? 0 : f->table[g], hi = g < 0 ? f->n : lo + 1;
+
+	for (unsigned k = lo; k < hi; k++) {
+		struct fr_q *q = f->core[k].q;
+		struct fp_mbuf *m = copy_frame(&q->q.cache, src);
+
+		if (!m || fifo_push(&q->rx, t, m)) {
+			if (m)
+				fp_mbuf_free(&q->q.cache, m);
+			f->cli_drops++;
+			continue;
+		}
+		core_wake(f, &f->core[k], t);
+	}
+	fp_mbuf_free(&f->ccache, src);
+}
+
+/* ---- the client ---- */
+
+static int conn_send(struct fr *f, struct fr_conn *cn)
+{
+	ssize_t k;
+
+	if (!cn->out_len || !cn->up)
+		return 0;
+	k = fp_tcp_send(f->cst[cn->k], cn->c, cn->out, cn->out_len);
+	if (k < 0 && k != -ENOBUFS)
+		return (int)k;
+	if (k > 0) {
+		memmove(cn->out, cn->out + k, cn->out_len - (size_t)k);
+		cn->out_len -= (size_t)k;
+	}
+	return 0;
+}
+
+static int conn_request(struct fr *f, uint64_t i)
+{
+	const struct vs_req *rq = &f->r->req[i];
+	struct fr_conn *cn = &f->conn[rq->flow];
+	uint8_t h[SPIN_HDR];
+
+	if (cn->pend_n == cn->pend_cap) {
+		uint32_t cap = cn->pend_cap ? cn->pend_cap * 2 : 8;
+		uint32_t *a = malloc(cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		for (uint32_t j = 0; j < cn->pend_n; j++)
+			a[j] = cn->pend[(cn->pend_head + j) % cn->pend_cap];
+		free(cn->pend);
+		cn->pend = a;
+		cn->pend_cap = cap;
+		cn->pend_head = 0;
+	}
+	cn->pend[(cn->pend_head + cn->pend_n) % cn->pend_cap] = (uint32_t)i;
+	cn->pend_n++;
+	if (cn->out_len + SPIN_HDR > cn->out_cap) {
+		size_t cap = cn->out_cap ? cn->out_cap * 2 : 256;
+		uint8_t *o = realloc(cn->out, cap);
+
+		if (!o)
+			return -ENOMEM;
+		cn->out = o;
+		cn->out_cap = cap;
+	}
+	uint32_t w[2] = { SPIN_MAGIC, SPIN_HDR };
+	uint64_t ns = rq->svc_ns;
+
+	memcpy(h, w, 8);            /* little-endian, as the protocol says (x86) */
+	memcpy(h + 8, &ns, 8);
+	memcpy(cn->out + cn->out_len, h, SPIN_HDR);
+	cn->out_len += SPIN_HDR;
+	return conn_send(f, cn);
+}
+
+/* A reply's bytes: each whole header answers the oldest request of its flow. */
+static void conn_replies(struct fr *f, struct fr_conn *cn, const struct fp_mbuf *m, uint32_t len)
+{
+	for (uint32_t off = 0; off < len;) {
+		uint32_t take = SPIN_HDR - cn->in_len;
+
+		if (take > len - off)
+			take = len - off;
+		fp_mbuf_read(m, off, cn->in + cn->in_len, take);
+		cn->in_len += take;
+		off += take;
+		if (cn->in_len < SPIN_HDR)
+			break;
+		cn->in_len = 0;
+		if (!cn->pend_n) {
+			f->bad_replies++;
+			continue;
+		}
+		uint32_t i = cn->pend[cn->pend_head];
+		struct vs_req *rq = &f->r->req[i];
+		uint64_t ns;
+
+		cn->pend_head = (cn->pend_head + 1) % cn->pend_cap;
+		cn->pend_n--;
+		memcpy(&ns, cn->in + 8, 8);
+		if (ns != rq->svc_ns)
+			f->bad_replies++;
+		rq->t_done = f->now - f->t0;
+		if (i >= f->r->warm)
+			fp_hist_record(&f->r->core[cn->k].lat, rq->t_done - rq->t_arr);
+		f->replied++;
+		f->last_reply = f->now;
+	}
+}
+
+static int client_events(struct fr *f, unsigned k)
+{
+	struct fp_event ev[FR_BURST];
+	unsigned n;
+
+	while ((n = fp_stack_events(f->cst[k], ev, FR_BURST))) {
+		for (unsigned i = 0; i < n; i++) {
+			struct fr_conn *cn = ev[i].cookie ? &f->conn[ev[i].cookie - 1] : NULL;
+
+			switch (ev[i].type) {
+			case FP_EV_TCP_CONNECTED:
+				if (!cn || ev[i].status) {
+					snprintf(f->err, sizeof(f->err), "a connection failed: %s",
+						 strerror(-ev[i].status));
+					return -ECONNREFUSED;
+				}
+				cn->up = true;
+				f->n_up++;
+				break;
+			case FP_EV_TCP_RECV:
+				if (cn)
+					conn_replies(f, cn, ev[i].m, ev[i].len);
+				fp_tcp_recv_done(f->cst[k], ev[i].conn, ev[i].len);
+				break;
+			case FP_EV_TCP_SENT:
+				if (cn && conn_send(f, cn))
+					return -EPIPE;
+				break;
+			case FP_EV_TCP_EOF:
+			case FP_EV_TCP_DEAD:
+				snprintf(f->err, sizeof(f->err), "the server closed a connection "
+					 "(event %u, status %d)", ev[i].type, ev[i].status);
+				return -ECONNRESET;
+			default:
+				break;
+			}
+		}
+	}
+	return 0;
+}
+
+/* When the client next has something to do (UINT64_MAX: nothing). */
+static uint64_t client_next(struct fr *f)
+{
+	uint64_t t = UINT64_MAX;
+
+	if (f->t0 && f->next_req < f->r->n_req)
+		t = f->t0 + f->r->req[f->next_req].t_arr;
+	for (unsigned k = 0; k < f->n; k++) {
+		uint64_t a = fifo_next(&f->to_cli[k]), b = fp_stack_next_us(f->cst[k]);
+
+		if (a < t)
+			t = a;
+		if (b != UINT64_MAX) {
+			b = b * FP_NS_PER_US;
+			if (b <= f->now)
+				b = f->now + FP_NS_PER_US;
+			if (b < t)
+				t = b;
+		}
+	}
+	return t;
+}
+
+static int client_step(struct fr *f, uint64_t t)
+{
+	struct fp_mbuf *ms[FR_BURST];
+	int rc;
+
+	f->now = t;
+	for (unsigned k = 0; k < f->n; k++) {
+		unsigned n;
+
+		while ((n = 0, 1)) {
+			while (n < FR_BURST && (ms[n] = fifo_pop_due(&f->to_cli[k], t)))
+				n++;
+			if (!n)
+				break;
+			fp_stack_input(f->cst[k], ms, n, t / FP_NS_PER_US);
+		}
+		fp_stack_poll(f->cst[k], t / FP_NS_PER_US);
+		if ((rc = client_events(f, k)))
+			return rc;
+	}
+	if (!f->t0 && f->n_up == f->cfg->flows)
+		f->t0 = t + 10 * FP_NS_PER_US;   /* every flow is up: the arrivals start */
+	while (f->t0 && f->next_req < f->r->n_req &&
+	       f->t0 + f->r->req[f->next_req].t_arr <= t)
+		if ((rc = conn_request(f, f->next_req++)))
+			return rc;
+	for (unsigned k = 0; k < f->n; k++) {
+		unsigned n;
+
+		while ((n = fp_stack_tx(f->cst[k], ms, FR_BURST)))
+			for (unsigned i = 0; i < n; i++)
+				to_workers(f, ms[i], t + (uint64_t)f->cfg->costs.wire_ns);
+	}
+	return 0;
+}
+
+/* ---- setup, the run, teardown ---- */
+
+static int client_setup(struct fr *f)
+{
+	struct fp_pool_params pp = { .name = "client", .n_bufs = FR_BUFS * f->n + FR_BUFS,
+				     .buf_size = FR_BUF_SIZE };
+
+	if (!(f->cpool = fp_pool_create(&pp)) || fp_pool_cache_init(&f->ccache, f->cpool))
+		return -ENOMEM;
+	f->cst = calloc(f->n, sizeof(*f->cst));
+	f->to_cli = calloc(f->n, sizeof(*f->to_cli));
+	f->conn = calloc(f->cfg->flows, sizeof(*f->conn));
+	if (!f->cst || !f->to_cli || !f->conn)
+		return -ENOMEM;
+	for (unsigned k = 0; k < f->n; k++) {
+		struct fp_stack_config sc = {
+			.mac = { .b = { 0x02, 0, 0, 0, 0, 0x02 } },
+			.ipv4 = FR_CLI_IP, .prefix_len = 24, .mtu = 1500, .cache = &f->ccache,
+			.queue_id = (uint16_t)k, .n_queues = (uint16_t)f->n,
+			.rss_key = fp_rss_key_symmetric, .steer_table = f->table,
+			.secret = f->cfg->seed * 0x9e3779b97f4a7c15ull + 1,
+		};
+
+		if (!(f->cst[k] = fp_stack_create(&sc, 0)))
+			return -errno;
+	}
+	return 0;
+}
+
+static int client_dial(struct fr *f)
+{
+	for (uint32_t i = 0; i < f->cfg->flows; i++) {
+		struct fr_conn *cn = &f->conn[i];
+		int err = 0;
+
+		cn->k = vs_home_of(f->r, i);
+		cn->c = fp_tcp_dial(f->cst[cn->k], FR_SRV_IP, FR_PORT, i + 1, &err);
+		if (!cn->c) {
+			snprintf(f->err, sizeof(f->err), "flow %u: dial: %s", i, strerror(-err));
+			return err ? err : -EIO;
+		}
+	}
+	return 0;
+}
+
+static int machine_setup(struct fr *f)
+{
+	const struct vs_config *cfg = f->cfg;
+
+	fp_rt_config_init(&f->rtc);
+	f->rtc.n_workers = f->n;
+	f->rtc.sched = cfg->sched == VS_SCHED_STEAL ? FP_SCHED_STEAL : FP_SCHED_PART;
+	f->rtc.ipv4 = FR_SRV_IP;
+	f->rtc.prefix_len = 24;
+	f->rtc.batch = cfg->batch;
+	f->rtc.seed = cfg->seed ? cfg->seed : 1;
+	f->rtc.stack.secret = f->rtc.seed * 0x9e3779b97f4a7c15ull + 2;
+	f->rtc.stack.max_conns = cfg->flows + 64;
+	f->eo.mode = ECHO_SPIN;
+	f->eo.cmd = "spin";
+	f->eo.port = FR_PORT;
+	f->eo.native = true;
+	echo_spin_native_app(&f->app, &f->eo);
+	for (unsigned g = 0; g < FP_RSS_GROUPS; g++)
+		f->table[g] = (uint16_t)(g % f->n);
+	fp_rss_init(&f->rss, fp_rss_key_symmetric);
+	if (!(f->v = fp_rt_virtual_create(&f->rtc, &f->app, f->table, fr_vcycles, f->err,
+					  sizeof(f->err))))
+		return -EINVAL;
+	f->core = calloc(f->n, sizeof(*f->core));
+	if (!f->core)
+		return -ENOMEM;
+	for (unsigned i = 0; i < f->n; i++) {
+		struct fr_core *c = &f->core[i];
+
+		c->f = f;
+		c->id = i;
+		c->wake_at = UINT64_MAX;
+		if (!(c->q = vq_open(f, i)))
+			return -ENOMEM;
+		f->cur = c;   /* init's calls run "on" the core, at its clock */
+		c->w = fp_rt_vworker_open(f->v, i, &c->q->q, 0, f->err, sizeof(f->err));
+		f->cur = NULL;
+		if (!c->w)
+			return -EIO;
+		if (!(c->stack = malloc(FR_STACK_SIZE)))
+			return -ENOMEM;
+		getcontext(&c->uc);
+		c->uc.uc_stack.ss_sp = c->stack;
+		c->uc.uc_stack.ss_size = FR_STACK_SIZE;
+		c->uc.uc_link = NULL;
+		makecontext(&c->uc, core_main, 0);
+	}
+	return 0;
+}
+
+static void fr_free(struct fr *f)
+{
+	/* the cores' loops end (each sees the stop at its next round), then their workers */
+	f->stopping = true;
+	if (f->v)
+		fp_rt_virtual_stop(f->v);
+	for (unsigned i = 0; f->core && i < f->n; i++) {
+		struct fr_core *c = &f->core[i];
+
+		while (c->started && !c->done)
+			core_resume(f, c);
+		if (c->w) {
+			f->cur = c;
+			fp_rt_vworker_close(c->w);
+			f->cur = NULL;
+		}
+		if (c->q)
+			vq_close(&c->q->q);
+		free(c->stack);
+	}
+	fp_rt_virtual_destroy(f->v);
+	for (unsigned k = 0; f->cst && k < f->n; k++) {
+		if (f->cst[k])
+			fp_stack_destroy(f->cst[k]);
+		fifo_free(&f->to_cli[k], &f->ccache);
+	}
+	for (uint32_t i = 0; f->conn && i < f->cfg->flows; i++) {
+		free(f->conn[i].pend);
+		free(f->conn[i].out);
+	}
+	if (f->cpool) {
+		fp_pool_cache_flush(&f->ccache);
+		fp_pool_destroy(f->cpool);
+	}
+	free(f->cst);
+	free(f->to_cli);
+	free(f->conn);
+	free(f->core);
+	fp_spin_hook = NULL;
+	F = NULL;
+}
+
+static int fr_loop(struct fr *f)
+{
+	uint64_t last_arr = f->r->n_req ? f->r->req[f->r->n_req - 1].t_arr : 0;
+
+	while (f->replied < f->r->n_req) {
+		uint64_t tc = client_next(f), tb = UINT64_MAX;
+		struct fr_core *best = NULL;
+		int rc;
+
+		for (unsigned i = 0; i < f->n; i++) {
+			struct fr_core *c = &f->core[i];
+			uint64_t t = c->parked ? c->wake_at : c->clock;
+
+			if (t < tb) {
+				tb = t;
+				best = c;
+			}
+		}
+		if (tc == UINT64_MAX && !best) {
+			snprintf(f->err, sizeof(f->err), "nothing left to happen with %llu of %llu "
+				 "replies missing", (unsigned long long)(f->r->n_req - f->replied),
+				 (unsigned long long)f->r->n_req);
+			return -EDEADLK;
+		}
+		uint64_t t = tc <= tb ? tc : tb;
+
+		if (f->t0 ? t > f->t0 + last_arr + FR_STALL_NS : t > FR_STALL_NS) {
+			snprintf(f->err, sizeof(f->err), "%s after %.1f s of virtual time: %llu of "
+				 "%llu replies missing", f->t0 ? "stalled" : "connections not up",
+				 (double)t / 1e9, (unsigned long long)(f->r->n_req - f->replied),
+				 (unsigned long long)f->r->n_req);
+			return -ETIMEDOUT;
+		}
+		if (tc <= tb) {
+			if ((rc = client_step(f, tc)))
+				return rc;
+			continue;
+		}
+		if (best->parked) {
+			best->parked = false;
+			if (best->wake_at > best->clock)
+				best->clock = best->wake_at;
+			best->wake_at = UINT64_MAX;
+		}
+		core_resume(f, best);
+	}
+	return 0;
+}
+
+int vs_full(struct vs_run *r, struct vs_result *res, char *err, size_t errlen)
+{
+	struct fr *f = calloc(1, sizeof(*f));
+	int rc;
+
+	if (!f)
+		return -ENOMEM;
+	f->r = r;
+	f->cfg = r->cfg;
+	f->n = r->cfg->n;
+	F = f;
+	fp_spin_hook = fr_spin;
+	if (!(rc = machine_setup(f)) && !(rc = client_setup(f)) && !(rc = client_dial(f)))
+		rc = fr_loop(f);
+	if (!rc) {
+		r->end_ns = f->last_reply - f->t0;
+		vs_collect(r, res);
+		for (unsigned i = 0; i < f->n; i++) {
+			const struct fp_rt_worker_stats *s = fp_rt_vworker_stats(f->core[i].w);
+
+			res->steals += s->sched_stolen;
+			res->frames += f->core[i].q->rx_frames;
+			res->batches += f->core[i].rounds - f->core[i].idle_rounds;
+		}
+		res->order_errors += f->bad_replies;
+	}
+	if (rc && err)
+		snprintf(err, errlen, "%s", f->err[0] ? f->err : strerror(-rc));
+	fr_free(f);
+	free(f);
+	return rc;
+}

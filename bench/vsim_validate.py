@@ -17,7 +17,13 @@ Three parts, each a markdown table on stdout and JSON in --out:
           for stealing and partitioned in the calibrated simulator, beside qsim's ideal
           stealing and partitioned bounds.
 
-Usage: ./flowplane bench-vsim [--quick] [--parts bounds,zygos,real] [--real-dir DIR]
+  full    The real dataplane (fp-vsim --full: rt/'s worker loop, the TCP/IP stack,
+          steal.c and fp-echo spin --native in virtual time) against the model: p99 per
+          load for n = 1, 2, 16, partitioned and stealing, at zero overheads, with the
+          NIC's batch at its default (64) and at 1 frame a round; then ZygOS's headline
+          at 16 cores with the real code, at zero overheads and with a per-frame cost.
+
+Usage: ./flowplane bench-vsim [--quick] [--parts bounds,zygos,full,real] [--real-dir DIR]
 """
 import argparse
 import json
@@ -264,14 +270,90 @@ def part_zygos(t, a, out):
     out["zygos"] = {"costs": a.costs, "stack_ns": a.stack_ns, "rows": rows}
 
 
+def part_full(t, a, out):
+    """The real code against the model, then the headline by the real code."""
+    loads = [0.5, 0.7, 0.8, 0.9]
+    ns = [1, 2, 16]
+    flows = 1024
+    req = a.requests
+    common = ["-d", "exp", "--requests", str(req), "--flows", str(flows), "--format", "json",
+              "--quiet"]
+    rows, total, done, t0 = [], len(ns) * 2, 0, time.time()
+    for n in ns:
+        for sched in ("part", "steal"):
+            for load in loads:
+                base = [t.vsim, "-n", str(n), "--sched", sched, "-l", str(load), *common]
+                model = run_json(base)["points"][0]
+                full = run_json([*base, "--full"])["points"][0]
+                full1 = run_json([*base, "--full", "--batch", "1"])["points"][0]
+                model1 = run_json([*base, "--batch", "1"])["points"][0]
+                rows.append({"n": n, "sched": sched, "load": load, "model": model,
+                             "full": full, "model_b1": model1, "full_b1": full1})
+            done += 1
+            el = time.time() - t0
+            print(f"[full {done}/{total}] n={n} {sched}, {el:.0f} s, "
+                  f"~{el / done * (total - done):.0f} s left", file=sys.stderr)
+    print(f"\n### The real dataplane against the model: p99 µs, zero overheads, exp S = 10 µs, "
+          f"{req} requests over {flows} connections, seed 1 (stealing: random victims, no "
+          f"interrupts, in both)\n")
+    print("| n | sched | load | model | real code | real/model | model, 1 frame a round | "
+          "real code, 1 frame a round | real/model | stolen (real code) | order errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        m, f, m1, f1 = r["model"], r["full"], r["model_b1"], r["full_b1"]
+        print(f"| {r['n']} | {r['sched']} | {r['load']} | {m['p99_us']:.1f} | {f['p99_us']:.1f} | "
+              f"{f['p99_us'] / m['p99_us']:.2f} | {m1['p99_us']:.1f} | {f1['p99_us']:.1f} | "
+              f"{f1['p99_us'] / m1['p99_us']:.2f} | "
+              f"{f['steals'] / req:.1%} | "
+              f"{f['order_errors'] + f1['order_errors']} |")
+    # ZygOS's headline by the real code, 16 cores
+    n, hrows = 16, []
+    hreq = max(req // 2, 20000)
+    dists = ["exp", "bimodal1"] if a.quick else ["det", "exp", "bimodal1"]
+    cost = [f"--cost", f"rx_ns={a.stack_ns:.0f}"]
+    total, done, t0 = len(dists) * 2, 0, time.time()
+    for dist in dists:
+        for s in (10, 25):
+            fcfs = max_load([t.qsim, "-n", str(n), "--disc", "fcfs", "-d", dist, "--mean-us",
+                             str(s), "--max-load", "-N", str(hreq), "--format", "json"])
+            v = lambda sched, *extra: max_load([t.vsim, "-n", str(n), "--sched", sched, "-d",
+                                                dist, "--mean-us", str(s), "--max-load",
+                                                "--requests", str(hreq), "--flows",
+                                                str(flows), "--format", "json", "--quiet",
+                                                *extra])
+            r = {"dist": dist, "mean_us": s, "qsim_fcfs": fcfs,
+                 "model_steal": v("steal"), "full_steal": v("steal", "--full"),
+                 "full_steal_cost": v("steal", "--full", *cost),
+                 "full_part": v("part", "--full")}
+            for k in ("model_steal", "full_steal", "full_steal_cost", "full_part"):
+                r[k + "_frac"] = r[k] / fcfs if fcfs else float("nan")
+            hrows.append(r)
+            done += 1
+            el = time.time() - t0
+            print(f"[full headline {done}/{total}] {dist} S={s}: real code steal "
+                  f"{r['full_steal_frac']:.2f} of M/G/16, {el:.0f} s, "
+                  f"~{el / done * (total - done):.0f} s left", file=sys.stderr)
+    print(f"\n### ZygOS's headline by the real code at 16 cores: the highest load with p99 ≤ "
+          f"10 × S as a fraction of M/G/16 FCFS's ({hreq} requests per probe, {flows} "
+          f"connections)\n")
+    print("| dist | S µs | M/G/16 FCFS load (qsim) | model steal (random, poll) | real code "
+          f"steal | real code steal, rx_ns={a.stack_ns:.0f} | real code partitioned |")
+    print("|---|---|---|---|---|---|---|")
+    for r in hrows:
+        print(f"| {r['dist']} | {r['mean_us']} | {r['qsim_fcfs']:.3f} | "
+              f"{r['model_steal_frac']:.0%} | **{r['full_steal_frac']:.0%}** | "
+              f"{r['full_steal_cost_frac']:.0%} | {r['full_part_frac']:.0%} |")
+    out["full"] = {"rows": rows, "headline": hrows, "stack_ns": a.stack_ns}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n", 1)[1])
     ap.add_argument("--build", default=os.path.join(ROOT, "build/release"))
     ap.add_argument("--parts", default="bounds,zygos",
-                    help="comma list of bounds, zygos, real (default bounds,zygos; real "
-                         "needs --real-dir)")
+                    help="comma list of bounds, zygos, full, real (default bounds,zygos; "
+                         "real needs --real-dir)")
     ap.add_argument("--quick", action="store_true", help="fewer cells and requests")
     ap.add_argument("--seeds", type=int, default=5, help="bounds: seeds per cell (default 5)")
     ap.add_argument("--requests", type=int, default=None,
@@ -292,8 +374,8 @@ def main():
         a.seeds = min(a.seeds, 3)
     parts = [p for p in a.parts.split(",") if p]
     for p in parts:
-        if p not in ("bounds", "zygos", "real"):
-            sys.exit(f"vsim_validate: --parts: unknown part '{p}' (bounds, zygos, real)")
+        if p not in ("bounds", "zygos", "full", "real"):
+            sys.exit(f"vsim_validate: --parts: unknown part '{p}' (bounds, zygos, full, real)")
     if "real" in parts and not a.real_dir:
         sys.exit("vsim_validate: --parts real needs --real-dir (bench/vsim_device.sh's output)")
     if not os.path.exists(a.costs):
@@ -316,6 +398,8 @@ def main():
         part_real(t, a, out)
     if "zygos" in parts:
         part_zygos(t, a, out)
+    if "full" in parts:
+        part_full(t, a, out)
     path = os.path.join(a.out, "vsim.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)

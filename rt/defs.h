@@ -49,6 +49,9 @@ struct rt_transport_ops {
 	void (*irq_prepare)(struct fp_ctx *ctx);
 	void (*irq)(struct fp_ctx *ctx);
 	bool (*irq_fits)(struct fp_ctx *ctx, const struct fp_call *calls, unsigned n);
+	/* put what the calls so far queued on the wire now, mid-round (NULL: the transport
+	 * sends as it executes) */
+	void (*flush)(struct fp_ctx *ctx);
 };
 
 /* --notify ipi (rt/ipi.c): one per worker, on its own cache line. The owner writes

@@ -995,8 +995,14 @@ static void rt_irq(struct fp_ctx *ctx)
 	fp_stack_irq(w->st, false);
 }
 
+/* Mid-round (steal.c, between long handlers): the stack's frames to the device. */
+static void rt_flush(struct fp_ctx *ctx)
+{
+	rt_tx(wk_of(ctx));
+}
+
 #define RT_WORKER_OPS(n) { .name = (n), .exec = rt_exec, .irq_prepare = rt_irq_prepare, \
-			   .irq = rt_irq, .irq_fits = rt_irq_fits }
+			   .irq = rt_irq, .irq_fits = rt_irq_fits, .flush = rt_flush }
 static const struct rt_transport_ops rt_xdp_ops = RT_WORKER_OPS("xdp");
 static const struct rt_transport_ops rt_pair_ops = RT_WORKER_OPS("pair");
 

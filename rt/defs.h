@@ -368,6 +368,7 @@ struct rt_wk *rt_vworker_open(struct rt_run *run, unsigned worker, struct fp_dev
 bool rt_vworker_round(struct rt_wk *w, uint64_t now_us);
 uint64_t rt_vworker_next_us(struct rt_wk *w);
 struct fp_rt_worker_stats *rt_vworker_stats(struct rt_wk *w);
+unsigned rt_vworker_conns(const struct rt_wk *w);
 void rt_vworker_close(struct rt_wk *w);
 
 /* Wake everything that sleeps on run->wake_fd (a worker leaving its loop calls it, so

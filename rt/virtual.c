@@ -74,6 +74,11 @@ const struct fp_rt_worker_stats *fp_rt_vworker_stats(struct fp_rt_vworker *w)
 	return rt_vworker_stats((struct rt_wk *)w);
 }
 
+unsigned fp_rt_vworker_conns(const struct fp_rt_vworker *w)
+{
+	return rt_vworker_conns((const struct rt_wk *)w);
+}
+
 void fp_rt_vworker_close(struct fp_rt_vworker *w)
 {
 	rt_vworker_close((struct rt_wk *)w);

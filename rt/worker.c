@@ -1325,6 +1325,8 @@ uint64_t rt_vworker_next_us(struct rt_wk *w)
 
 struct fp_rt_worker_stats *rt_vworker_stats(struct rt_wk *w) { return w->ctx.stats; }
 
+unsigned rt_vworker_conns(const struct rt_wk *w) { return fp_stack_tcp_conns(w->st); }
+
 void rt_vworker_close(struct rt_wk *w)
 {
 	rt_app_stop(w);

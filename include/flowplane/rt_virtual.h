@@ -40,6 +40,8 @@ bool fp_rt_vworker_round(struct fp_rt_vworker *w, uint64_t now_us);
 /* The earliest stack or application timer (UINT64_MAX: none). */
 uint64_t fp_rt_vworker_next_us(struct fp_rt_vworker *w);
 const struct fp_rt_worker_stats *fp_rt_vworker_stats(struct fp_rt_vworker *w);
+/* TCP control blocks its stack holds (listeners included). */
+unsigned fp_rt_vworker_conns(const struct fp_rt_vworker *w);
 /* The application's fini, what is open reset, the worker freed. */
 void fp_rt_vworker_close(struct fp_rt_vworker *w);
 /* What fp_ctx_stop() does: rounds from now on see the run stopping. */

@@ -329,6 +329,8 @@ def test_ctl_bad_policy_one_line(tmp_path, text, msg):
     (["--full", "--real"], "--full runs the real workers"),
     (["--full", "--notify", "ipi"], "--full runs the real workers"),
     (["--full", "--victim", "oldest"], "at random"),
+    (["--loss", "0.1"], "--full's"),
+    (["--full", "--steal-force", "--sched", "part"], "--sched steal and 2 workers"),
 ])
 def test_bad_arguments_one_line(args, msg):
     p = run(*args)
@@ -429,3 +431,20 @@ def test_full_stealing_helps():
     steal = json.loads(run(*args, "--sched", "steal").stdout)["points"][0]
     assert part["steals"] == 0 and steal["steals"] > 0
     assert steal["p99_us"] < part["p99_us"], (steal["p99_us"], part["p99_us"])
+
+
+def test_full_forced_stealing_on_a_lossy_wire_loses_nothing():
+    """Issue 17 §6 at 16 workers: every batch runs on a thief, the wire drops 1% of the
+    frames and holds back 2% (later ones pass them); every request is answered, in order
+    on its connection (a reply carries its request's service time, checked against the
+    oldest outstanding request), and every connection the client closes at the end is let
+    go by its worker."""
+    p = run(*FULL, "-n", "16", "--sched", "steal", "--steal-force", "--loss", "0.01",
+            "--reorder", "0.02", "-l", "0.6", "--requests", "20000", "--flows", "256")
+    assert p.returncode == 0, p.stderr
+    pt = json.loads(p.stdout)["points"][0]
+    assert pt["order_errors"] == 0
+    assert pt["count"] == 19000                      # 20000 less the 5% warm-up
+    assert pt["wire_drops"] > 0 and pt["wire_delayed"] > 0
+    assert pt["steals"] == pt["batches"] > 0         # none ran at home
+    assert pt["conns_closed"] == 256

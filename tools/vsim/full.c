@@ -71,16 +71,18 @@
 
 struct fr;
 
-/* Frames in flight to one receiver, in the order they were sent (their times never go
- * back: everything runs in time order). */
+/* Frames in flight to one receiver: a binary heap by (arrival time, sequence), so frames
+ * due at the same time arrive in the order they were sent, and a frame the wire delays
+ * (--reorder) lets later ones pass. */
 struct fr_frame {
-	uint64_t t;
+	uint64_t t, seq;
 	struct fp_mbuf *m;
 };
 
-struct fr_fifo {
+struct fr_wire {
 	struct fr_frame *a;
-	size_t head, n, cap;
+	size_t n, cap;
+	uint64_t seq;
 };
 
 /* One queue of the virtual NIC, a worker's. */
@@ -88,7 +90,7 @@ struct fr_q {
 	struct fp_devq q;             /* first: the ops get a struct fp_devq * */
 	struct fr *f;
 	unsigned id;
-	struct fr_fifo rx;
+	struct fr_wire rx;
 	uint64_t rx_frames, tx_frames;
 };
 
@@ -141,12 +143,15 @@ struct fr {
 	struct fp_pool *cpool;
 	struct fp_pool_cache ccache;
 	struct fp_stack **cst;        /* [n] */
-	struct fr_fifo *to_cli;       /* [n] */
+	struct fr_wire *to_cli;       /* [n] */
 	struct fr_conn *conn;         /* [flows] */
 	uint32_t n_up;
 	uint64_t t0;                  /* arrivals start (0: not yet) */
 	uint64_t next_req, replied, last_reply;
 	uint64_t bad_replies, cli_drops;
+	uint64_t rng, wire_drops, wire_delayed;
+	uint64_t end;                 /* when the last reply arrived */
+	uint32_t closed;              /* connections closed and let go */
 	char err[256];
 };
 
@@ -154,48 +159,82 @@ static struct fr *F;   /* the run the hooks (fp_spin_hook, rt's clock) belong to
 
 /* ---- frames in flight ---- */
 
-static int fifo_push(struct fr_fifo *q, uint64_t t, struct fp_mbuf *m)
+static bool frame_before(const struct fr_frame *a, const struct fr_frame *b)
 {
+	return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static int wire_push(struct fr_wire *q, uint64_t t, struct fp_mbuf *m)
+{
+	size_t i;
+
 	if (q->n == q->cap) {
 		size_t cap = q->cap ? q->cap * 2 : 256;
-		struct fr_frame *a = malloc(cap * sizeof(*a));
+		struct fr_frame *a = realloc(q->a, cap * sizeof(*a));
 
 		if (!a)
 			return -ENOMEM;
-		for (size_t i = 0; i < q->n; i++)
-			a[i] = q->a[(q->head + i) % q->cap];
-		free(q->a);
 		q->a = a;
 		q->cap = cap;
-		q->head = 0;
 	}
-	q->a[(q->head + q->n) % q->cap] = (struct fr_frame){ t, m };
-	q->n++;
+	for (i = q->n++; i; i = (i - 1) / 2) {   /* sift up */
+		struct fr_frame *up = &q->a[(i - 1) / 2];
+		struct fr_frame x = { t, q->seq, m };
+
+		if (!frame_before(&x, up))
+			break;
+		q->a[i] = *up;
+	}
+	q->a[i] = (struct fr_frame){ t, q->seq++, m };
 	return 0;
 }
 
-static struct fp_mbuf *fifo_pop_due(struct fr_fifo *q, uint64_t now)
+static struct fp_mbuf *wire_pop_due(struct fr_wire *q, uint64_t now)
 {
 	struct fp_mbuf *m;
+	struct fr_frame last;
+	size_t i = 0;
 
-	if (!q->n || q->a[q->head].t > now)
+	if (!q->n || q->a[0].t > now)
 		return NULL;
-	m = q->a[q->head].m;
-	q->head = (q->head + 1) % q->cap;
-	q->n--;
+	m = q->a[0].m;
+	last = q->a[--q->n];
+	for (;;) {   /* sift down */
+		size_t c = 2 * i + 1;
+
+		if (c >= q->n)
+			break;
+		if (c + 1 < q->n && frame_before(&q->a[c + 1], &q->a[c]))
+			c++;
+		if (!frame_before(&q->a[c], &last))
+			break;
+		q->a[i] = q->a[c];
+		i = c;
+	}
+	if (q->n)
+		q->a[i] = last;
 	return m;
 }
 
-static uint64_t fifo_next(const struct fr_fifo *q)
+static uint64_t wire_next(const struct fr_wire *q)
 {
-	return q->n ? q->a[q->head].t : UINT64_MAX;
+	return q->n ? q->a[0].t : UINT64_MAX;
 }
 
-static void fifo_free(struct fr_fifo *q, struct fp_pool_cache *c)
+static unsigned wire_due(const struct fr_wire *q, uint64_t now)
+{
+	unsigned n = 0;
+
+	for (size_t i = 0; i < q->n; i++)
+		n += q->a[i].t <= now;
+	return n;
+}
+
+static void wire_free(struct fr_wire *q, struct fp_pool_cache *c)
 {
 	struct fp_mbuf *m;
 
-	while ((m = fifo_pop_due(q, UINT64_MAX)))
+	while ((m = wire_pop_due(q, UINT64_MAX)))
 		fp_mbuf_free(c, m);
 	free(q->a);
 	memset(q, 0, sizeof(*q));
@@ -242,6 +281,33 @@ static int frame_group(const struct fr *f, const struct fp_mbuf *m)
 static uint64_t fr_vcycles(void)
 {
 	return fp_ns_to_cycles(F->cur ? F->cur->clock : F->now);
+}
+
+/* splitmix64: the wire's faults, from the run's seed */
+static uint64_t fr_rand(struct fr *f)
+{
+	uint64_t z = (f->rng += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double fr_unit(struct fr *f) { return (double)(fr_rand(f) >> 11) / 9007199254740992.0; }
+
+/* When a frame sent at @t arrives, or UINT64_MAX when the wire drops it. */
+static uint64_t wire_arrival(struct fr *f, uint64_t t)
+{
+	t += (uint64_t)f->cfg->costs.wire_ns;
+	if (f->cfg->loss > 0 && fr_unit(f) < f->cfg->loss) {
+		f->wire_drops++;
+		return UINT64_MAX;
+	}
+	if (f->cfg->reorder > 0 && fr_unit(f) < f->cfg->reorder) {
+		f->wire_delayed++;
+		t += FP_NS_PER_US + fr_rand(f) % (49 * FP_NS_PER_US);
+	}
+	return t;
 }
 
 /* The running core gives the scheduler its turn; back here when the scheduler resumes it. */
@@ -361,7 +427,7 @@ static unsigned vq_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned m
 	uint64_t now = q_now(q);
 	unsigned n = 0;
 
-	while (n < max && (out[n] = fifo_pop_due(&q->rx, now)))
+	while (n < max && (out[n] = wire_pop_due(&q->rx, now)))
 		n++;
 	q->rx_frames += n;
 	return n;
@@ -372,16 +438,21 @@ static unsigned vq_tx_burst(struct fp_devq *dq, struct fp_mbuf **frames, unsigne
 {
 	struct fr_q *q = q_of(dq);
 	struct fr *f = q->f;
-	uint64_t t = q_now(q) + (uint64_t)f->cfg->costs.wire_ns;
+	uint64_t now = q_now(q);
 
 	for (unsigned i = 0; i < n; i++) {
 		int g = frame_group(f, frames[i]);
 		unsigned lo = g < 0 ? 0 : f->table[g], hi = g < 0 ? f->n : lo + 1;
 
 		for (unsigned k = lo; k < hi; k++) {
-			struct fp_mbuf *m = copy_frame(&f->ccache, frames[i]);
+			uint64_t t = wire_arrival(f, now);
+			struct fp_mbuf *m;
 
-			if (!m || fifo_push(&f->to_cli[k], t, m)) {
+			if (t == UINT64_MAX)
+				continue;
+			m = copy_frame(&f->ccache, frames[i]);
+
+			if (!m || wire_push(&f->to_cli[k], t, m)) {
 				if (m)
 					fp_mbuf_free(&f->ccache, m);
 				f->cli_drops++;
@@ -399,12 +470,8 @@ static int vq_wait_fd(struct fp_devq *dq) { (void)dq; return -1; }
 static unsigned vq_rx_ready(struct fp_devq *dq)
 {
 	struct fr_q *q = q_of(dq);
-	uint64_t now = q_now(q);
-	unsigned n = 0;
 
-	for (size_t i = 0; i < q->rx.n && q->rx.a[(q->rx.head + i) % q->rx.cap].t <= now; i++)
-		n++;
-	return n;
+	return wire_due(&q->rx, q_now(q));
 }
 
 static unsigned vq_rx_waiting(const struct fp_devq *dq)
@@ -425,7 +492,7 @@ static void vq_close(struct fp_devq *dq)
 {
 	struct fr_q *q = q_of(dq);
 
-	fifo_free(&q->rx, &dq->cache);
+	wire_free(&q->rx, &dq->cache);
 	fp_pool_cache_flush(&dq->cache);
 	fp_pool_destroy(dq->pool);
 	free(q);
@@ -477,15 +544,20 @@ static void to_workers(struct fr *f, struct fp_mbuf *src, uint64_t t)
 
 	for (unsigned k = lo; k < hi; k++) {
 		struct fr_q *q = f->core[k].q;
-		struct fp_mbuf *m = copy_frame(&q->q.cache, src);
+		uint64_t at = wire_arrival(f, t);
+		struct fp_mbuf *m;
 
-		if (!m || fifo_push(&q->rx, t, m)) {
+		if (at == UINT64_MAX)
+			continue;
+		m = copy_frame(&q->q.cache, src);
+
+		if (!m || wire_push(&q->rx, at, m)) {
 			if (m)
 				fp_mbuf_free(&q->q.cache, m);
 			f->cli_drops++;
 			continue;
 		}
-		core_wake(f, &f->core[k], t);
+		core_wake(f, &f->core[k], at);
 	}
 	fp_mbuf_free(&f->ccache, src);
 }
@@ -632,7 +704,7 @@ static uint64_t client_next(struct fr *f)
 	if (f->t0 && f->next_req < f->r->n_req)
 		t = f->t0 + f->r->req[f->next_req].t_arr;
 	for (unsigned k = 0; k < f->n; k++) {
-		uint64_t a = fifo_next(&f->to_cli[k]), b = fp_stack_next_us(f->cst[k]);
+		uint64_t a = wire_next(&f->to_cli[k]), b = fp_stack_next_us(f->cst[k]);
 
 		if (a < t)
 			t = a;
@@ -647,6 +719,20 @@ static uint64_t client_next(struct fr *f)
 	return t;
 }
 
+/* What the client stacks queued goes on the wire at @t. */
+static void client_tx(struct fr *f, uint64_t t)
+{
+	struct fp_mbuf *ms[FR_BURST];
+
+	for (unsigned k = 0; k < f->n; k++) {
+		unsigned n;
+
+		while ((n = fp_stack_tx(f->cst[k], ms, FR_BURST)))
+			for (unsigned i = 0; i < n; i++)
+				to_workers(f, ms[i], t);
+	}
+}
+
 static int client_step(struct fr *f, uint64_t t)
 {
 	struct fp_mbuf *ms[FR_BURST];
@@ -657,7 +743,7 @@ static int client_step(struct fr *f, uint64_t t)
 		unsigned n;
 
 		while ((n = 0, 1)) {
-			while (n < FR_BURST && (ms[n] = fifo_pop_due(&f->to_cli[k], t)))
+			while (n < FR_BURST && (ms[n] = wire_pop_due(&f->to_cli[k], t)))
 				n++;
 			if (!n)
 				break;
@@ -673,13 +759,7 @@ static int client_step(struct fr *f, uint64_t t)
 	       f->t0 + f->r->req[f->next_req].t_arr <= t)
 		if ((rc = conn_request(f, f->next_req++)))
 			return rc;
-	for (unsigned k = 0; k < f->n; k++) {
-		unsigned n;
-
-		while ((n = fp_stack_tx(f->cst[k], ms, FR_BURST)))
-			for (unsigned i = 0; i < n; i++)
-				to_workers(f, ms[i], t + (uint64_t)f->cfg->costs.wire_ns);
-	}
+	client_tx(f, t);
 	return 0;
 }
 
@@ -739,6 +819,8 @@ static int machine_setup(struct fr *f)
 	f->rtc.prefix_len = 24;
 	f->rtc.batch = cfg->batch;
 	f->rtc.seed = cfg->seed ? cfg->seed : 1;
+	f->rtc.steal_force = cfg->steal_force;
+	f->rng = f->rtc.seed * 0xd1b54a32d192ed03ull;
 	f->rtc.stack.secret = f->rtc.seed * 0x9e3779b97f4a7c15ull + 2;
 	f->rtc.stack.max_conns = cfg->flows + 64;
 	f->eo.mode = ECHO_SPIN;
@@ -803,7 +885,7 @@ static void fr_free(struct fr *f)
 	for (unsigned k = 0; f->cst && k < f->n; k++) {
 		if (f->cst[k])
 			fp_stack_destroy(f->cst[k]);
-		fifo_free(&f->to_cli[k], &f->ccache);
+		wire_free(&f->to_cli[k], &f->ccache);
 	}
 	for (uint32_t i = 0; f->conn && i < f->cfg->flows; i++) {
 		free(f->conn[i].pend);
@@ -821,52 +903,85 @@ static void fr_free(struct fr *f)
 	F = NULL;
 }
 
+/* TCP control blocks the workers hold (their listeners included). */
+static unsigned server_conns(const struct fr *f)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < f->n; i++)
+		n += fp_rt_vworker_conns(f->core[i].w);
+	return n;
+}
+
+/* One thing happens: the client's next event or the earliest core's next stretch.
+ * 0, or -errno with f->err set (nothing can happen any more, or not before @limit). */
+static int fr_step(struct fr *f, uint64_t limit, const char *waiting)
+{
+	uint64_t tc = client_next(f), tb = UINT64_MAX;
+	struct fr_core *best = NULL;
+
+	for (unsigned i = 0; i < f->n; i++) {
+		struct fr_core *c = &f->core[i];
+		uint64_t t = c->parked ? c->wake_at : c->clock;
+
+		if (t < tb) {
+			tb = t;
+			best = c;
+		}
+	}
+	if (tc == UINT64_MAX && !best) {
+		snprintf(f->err, sizeof(f->err), "nothing left to happen, %s", waiting);
+		return -EDEADLK;
+	}
+	uint64_t t = tc <= tb ? tc : tb;
+
+	if (t > limit) {
+		snprintf(f->err, sizeof(f->err), "after %.3f s of virtual time, %s", (double)t / 1e9,
+			 waiting);
+		return -ETIMEDOUT;
+	}
+	if (tc <= tb)
+		return client_step(f, tc);
+	if (best->parked) {
+		best->parked = false;
+		if (best->wake_at > best->clock)
+			best->clock = best->wake_at;
+		best->wake_at = UINT64_MAX;
+	}
+	core_resume(f, best);
+	return 0;
+}
+
 static int fr_loop(struct fr *f)
 {
 	uint64_t last_arr = f->r->n_req ? f->r->req[f->r->n_req - 1].t_arr : 0;
+	unsigned listeners = server_conns(f);
+	char what[160];
+	int rc;
 
 	while (f->replied < f->r->n_req) {
-		uint64_t tc = client_next(f), tb = UINT64_MAX;
-		struct fr_core *best = NULL;
-		int rc;
-
-		for (unsigned i = 0; i < f->n; i++) {
-			struct fr_core *c = &f->core[i];
-			uint64_t t = c->parked ? c->wake_at : c->clock;
-
-			if (t < tb) {
-				tb = t;
-				best = c;
-			}
-		}
-		if (tc == UINT64_MAX && !best) {
-			snprintf(f->err, sizeof(f->err), "nothing left to happen with %llu of %llu "
-				 "replies missing", (unsigned long long)(f->r->n_req - f->replied),
-				 (unsigned long long)f->r->n_req);
-			return -EDEADLK;
-		}
-		uint64_t t = tc <= tb ? tc : tb;
-
-		if (f->t0 ? t > f->t0 + last_arr + FR_STALL_NS : t > FR_STALL_NS) {
-			snprintf(f->err, sizeof(f->err), "%s after %.1f s of virtual time: %llu of "
-				 "%llu replies missing", f->t0 ? "stalled" : "connections not up",
-				 (double)t / 1e9, (unsigned long long)(f->r->n_req - f->replied),
-				 (unsigned long long)f->r->n_req);
-			return -ETIMEDOUT;
-		}
-		if (tc <= tb) {
-			if ((rc = client_step(f, tc)))
-				return rc;
-			continue;
-		}
-		if (best->parked) {
-			best->parked = false;
-			if (best->wake_at > best->clock)
-				best->clock = best->wake_at;
-			best->wake_at = UINT64_MAX;
-		}
-		core_resume(f, best);
+		snprintf(what, sizeof(what), "%llu of %llu replies missing%s",
+			 (unsigned long long)(f->r->n_req - f->replied),
+			 (unsigned long long)f->r->n_req,
+			 f->t0 ? "" : " (the connections are not all up)");
+		if ((rc = fr_step(f, f->t0 ? f->t0 + last_arr + FR_STALL_NS : FR_STALL_NS, what)))
+			return rc;
 	}
+	/* Every reply is in: the client closes every connection, and the workers must let go
+	 * of each (the server closes on EOF; its last ACK arrives). */
+	f->end = f->now;
+	for (uint32_t i = 0; i < f->cfg->flows; i++) {
+		fp_tcp_close(f->cst[f->conn[i].k], f->conn[i].c);
+		f->conn[i].c = NULL;
+	}
+	client_tx(f, f->now);
+	while (server_conns(f) > listeners) {
+		snprintf(what, sizeof(what), "%u connections the client closed are still open on "
+			 "the workers", server_conns(f) - listeners);
+		if ((rc = fr_step(f, f->end + FR_STALL_NS, what)))
+			return rc;
+	}
+	f->closed = f->cfg->flows;
 	return 0;
 }
 
@@ -887,12 +1002,15 @@ int vs_full(struct vs_run *r, struct vs_result *res, char *err, size_t errlen)
 	if (!rc) {
 		r->end_ns = f->last_reply - f->t0;
 		vs_collect(r, res);
+		res->wire_drops = f->wire_drops;
+		res->wire_delayed = f->wire_delayed;
+		res->conns_closed = f->closed;
 		for (unsigned i = 0; i < f->n; i++) {
 			const struct fp_rt_worker_stats *s = fp_rt_vworker_stats(f->core[i].w);
 
 			res->steals += s->sched_stolen;
 			res->frames += f->core[i].q->rx_frames;
-			res->batches += f->core[i].rounds - f->core[i].idle_rounds;
+			res->batches += s->sched_local + s->sched_stolen;   /* flows' batches run */
 		}
 		res->order_errors += f->bad_replies;
 	}

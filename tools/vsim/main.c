@@ -81,6 +81,9 @@ static const char usage[] =
 	"                         RSS, a client stack sending the requests over TCP (--flows\n"
 	"                         connections, default 1024); costs: poll_ns, rx_ns,\n"
 	"                         steal_ns, wire_ns\n"
+	"  --steal-force          --full: every batch runs on a thief, none at home\n"
+	"  --loss P, --reorder P  --full: each frame's chance of being dropped, or held back\n"
+	"                         1-50 us (later ones pass it), on the virtual wire\n"
 	"  --real                 real threads: workers on --cores, then the generator\n"
 	"  --cores LIST           real: n+1 cores, e.g. 0-15 (default: 0..n)\n"
 	"  --calibrate FILE       real: write the measured mean cost of each step as a\n"
@@ -206,6 +209,11 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 		if (c->real)
 			fprintf(o->f, " %8.1f", (double)r->gen_late_max_ns / us);
 		fputc('\n', o->f);
+		if (c->full)
+			fprintf(o->f, "# wire: %llu frames dropped, %llu held back; %llu connections "
+				"closed by the client and let go by the workers\n",
+				(unsigned long long)r->wire_drops, (unsigned long long)r->wire_delayed,
+				(unsigned long long)r->conns_closed);
 		if (r->n_clocks) {
 			fprintf(o->f, "# core-seconds polling:");
 			for (unsigned i = 0; i < r->n_clocks; i++)
@@ -279,6 +287,10 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 		}
 		fputc(']', o->f);
 	}
+	if (c->full)
+		fprintf(o->f, ", \"wire_drops\": %llu, \"wire_delayed\": %llu, \"conns_closed\": %llu",
+			(unsigned long long)r->wire_drops, (unsigned long long)r->wire_delayed,
+			(unsigned long long)r->conns_closed);
 	if (c->real) {
 		fprintf(o->f, ", \"generator_late_max_us\": %.6g, \"generator_late_count\": %llu, "
 			"\"measured_costs\": {", (double)r->gen_late_max_ns / us,
@@ -458,7 +470,8 @@ static void write_calibration(const char *path, const struct vs_config *c,
 enum { O_SCHED = 256, O_VICTIM, O_NOTIFY, O_MEAN, O_SWEEP, O_MAXLOAD, O_SLO, O_REQ, O_WARM,
        O_FLOWS, O_BATCH, O_SEED, O_COST, O_COSTS, O_LIST, O_REAL, O_CORES, O_CALIB, O_FORMAT,
        O_QUIET, O_ALLOC, O_HOMES, O_ALLOC_US, O_SPIN_US, O_SHIFT, O_WINDOWS, O_GHZ, O_NOMINAL,
-       O_SLO_US, O_PATTERN, O_PATTERN_S, O_CTL, O_POLICY, O_FULL };
+       O_SLO_US, O_PATTERN, O_PATTERN_S, O_CTL, O_POLICY, O_FULL, O_STEAL_FORCE, O_LOSS,
+       O_REORDER };
 
 static const struct option opts[] = {
 	{"workers", required_argument, 0, 'n'}, {"sched", required_argument, 0, O_SCHED},
@@ -471,7 +484,8 @@ static const struct option opts[] = {
 	{"seed", required_argument, 0, O_SEED}, {"cost", required_argument, 0, O_COST},
 	{"costs", required_argument, 0, O_COSTS}, {"list-costs", no_argument, 0, O_LIST},
 	{"real", no_argument, 0, O_REAL}, {"cores", required_argument, 0, O_CORES},
-	{"full", no_argument, 0, O_FULL},
+	{"full", no_argument, 0, O_FULL}, {"steal-force", no_argument, 0, O_STEAL_FORCE},
+	{"loss", required_argument, 0, O_LOSS}, {"reorder", required_argument, 0, O_REORDER},
 	{"calibrate", required_argument, 0, O_CALIB}, {"format", required_argument, 0, O_FORMAT},
 	{"quiet", no_argument, 0, O_QUIET}, {"alloc", no_argument, 0, O_ALLOC},
 	{"homes", required_argument, 0, O_HOMES}, {"alloc-us", required_argument, 0, O_ALLOC_US},
@@ -554,6 +568,9 @@ int main(int argc, char **argv)
 			return 0;
 		case O_REAL: c.real = true; break;
 		case O_FULL: c.full = true; break;
+		case O_STEAL_FORCE: c.steal_force = true; break;
+		case O_LOSS: c.loss = num("loss", optarg, 0, 0.5); break;
+		case O_REORDER: c.reorder = num("reorder", optarg, 0, 0.5); break;
 		case O_CORES: parse_cores(&c, optarg); break;
 		case O_CALIB: calib = optarg; break;
 		case O_FORMAT:
@@ -598,6 +615,10 @@ int main(int argc, char **argv)
 		    "--ghz");
 	if (c.full && c.victim != FP_SHUF_VICTIM_RANDOM)
 		die("--full: the workers' shuffle layer picks its victims at random (ZygOS's)");
+	if (!c.full && (c.steal_force || c.loss > 0 || c.reorder > 0))
+		die("--steal-force, --loss and --reorder are --full's (the real stack's wire)");
+	if (c.steal_force && (c.sched != VS_SCHED_STEAL || c.n < 2))
+		die("--steal-force: every batch on a thief needs --sched steal and 2 workers or more");
 	if (c.full && !flows_set)
 		c.flows = 1024;
 	if (c.alloc && c.real)

@@ -82,6 +82,9 @@ struct vs_config {
 	struct vs_costs costs;
 	bool real;
 	bool full;                   /* the real workers, stack and handler (full.c) */
+	bool steal_force;            /* --full: every batch runs on a thief */
+	double loss, reorder;        /* --full: each frame's chance of being dropped, and of
+				      * being held back (others pass it) on the virtual wire */
 	int cores[VS_MAX_CORES + 1]; /* real: worker cores, then the generator's */
 	unsigned n_cores_listed;
 	double slo_mult;             /* --max-load: p99 <= slo_mult x S */
@@ -248,6 +251,9 @@ struct vs_result {
 	double off_core_s;
 	uint64_t ticks, ups, downs, moves, wakes;
 	double move_us_mean, move_us_max;
+	/* --full: frames the wire dropped and held back; connections the client closed and
+	 * the workers let go */
+	uint64_t wire_drops, wire_delayed, conns_closed;
 };
 
 /* costs.c: NAME=NS lines ('#' starts a comment, blank lines skipped) into @k, from

@@ -39,6 +39,10 @@ static inline uint64_t rt_cycles(void)
 	return fp_unlikely(rt_vcycles) ? rt_vcycles() : fp_rdtsc();
 }
 
+/* --notify ipi in virtual time: the simulator's delivery of an interrupt to @worker
+ * instead of a signal (0: sent); NULL on real threads. */
+extern int (*rt_vkick)(unsigned worker);
+
 /* A transport executes calls; conditions it produces go through rt_cond_push(). */
 struct rt_transport_ops {
 	const char *name;
@@ -96,6 +100,7 @@ struct rt_run {
 	uint64_t ipi_after_cycles;
 	bool ipi_force;               /* tests (FP_RT_IPI_FORCE): an idle thief interrupts
 				       * every home inside a handler, waiting work or not */
+	bool ipi_virtual;             /* delivered by a simulator (rt_vkick), no signal */
 	bool ipi_hold;                /* tests (FP_RT_IPI_HOLD): an interrupt does nothing
 				       * itself: every frame it receives and every flow that
 				       * came home wait for the loop (the paths of those that
@@ -171,6 +176,9 @@ void rt_ipi_enter(struct fp_ctx *ctx);   /* around its own flow's handler */
 void rt_ipi_leave(struct fp_ctx *ctx);
 void rt_ipi_idle(struct fp_ctx *ctx);    /* a thief found nothing: interrupt busy homes */
 void rt_ipi_returned(struct fp_ctx *ctx, unsigned home);   /* a thief sent a flow home */
+/* The interrupt's work on @ctx's worker, as its signal handler does it (or a simulator,
+ * for a worker it holds suspended). */
+void rt_ipi_deliver(struct fp_ctx *ctx);
 
 /* The round without the scheduler (api.c): handler on the conditions and returns, then
  * the calls. */
@@ -369,6 +377,7 @@ bool rt_vworker_round(struct rt_wk *w, uint64_t now_us);
 uint64_t rt_vworker_next_us(struct rt_wk *w);
 struct fp_rt_worker_stats *rt_vworker_stats(struct rt_wk *w);
 unsigned rt_vworker_conns(const struct rt_wk *w);
+void rt_vworker_interrupt(struct rt_wk *w);
 void rt_vworker_close(struct rt_wk *w);
 
 /* Wake everything that sleeps on run->wake_fd (a worker leaving its loop calls it, so
@@ -380,6 +389,7 @@ int rt_stats_create(struct rt_run *run, const char *name, char *err, size_t errl
 void rt_stats_destroy(struct rt_run *run, const char *name);
 struct fp_rt_worker_stats *rt_stats_worker(struct rt_run *run, unsigned worker);
 
-/* Monotonic microseconds (the loops' clock) and Unix nanoseconds. */
+/* Monotonic microseconds (the loops' clock; a simulator's virtual time when rt_vcycles is
+ * set) and Unix nanoseconds. */
 uint64_t rt_now_us(void);
 uint64_t rt_unix_ns(void);

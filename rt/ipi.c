@@ -51,15 +51,11 @@ static __thread struct fp_ctx *ipi_self __attribute__((tls_model("initial-exec")
 
 static struct sigaction ipi_prev;
 
-static void ipi_handler(int sig)
+void rt_ipi_deliver(struct fp_ctx *ctx)
 {
-	int saved = errno;
-	struct fp_ctx *ctx = ipi_self;
-
-	(void)sig;
 	if (ctx && ctx->run->ipi) {
 		struct rt_ipi *p = &ctx->run->ipi[ctx->worker];
-		uint64_t t0 = fp_rdtsc();
+		uint64_t t0 = rt_cycles();
 		uint64_t sent = atomic_load_explicit(&p->sent, memory_order_relaxed);
 
 		atomic_store_explicit(&p->pending, 0, memory_order_release);
@@ -67,11 +63,19 @@ static void ipi_handler(int sig)
 			ctx->stats->ipi_handled++;
 			ctx->stats->ipi_wait_ns += t0 > sent ? fp_cycles_to_ns(t0 - sent) : 0;
 			ctx->tops->irq(ctx);
-			ctx->stats->ipi_work_ns += fp_cycles_to_ns(fp_rdtsc() - t0);
+			ctx->stats->ipi_work_ns += fp_cycles_to_ns(rt_cycles() - t0);
 		} else {
 			ctx->stats->ipi_late++;
 		}
 	}
+}
+
+static void ipi_handler(int sig)
+{
+	int saved = errno;
+
+	(void)sig;
+	rt_ipi_deliver(ipi_self);
 	errno = saved;
 }
 
@@ -85,6 +89,10 @@ int rt_ipi_setup(struct rt_run *run, char *err, size_t errlen)
 		return snprintf(err, errlen, "--notify ipi: %s", strerror(ENOMEM)), -ENOMEM;
 	memset(run->ipi, 0, n * sizeof(*run->ipi));
 	run->ipi_after_cycles = fp_ns_to_cycles((uint64_t)run->cfg->ipi_after_us * 1000);
+	if (rt_vkick) {   /* virtual time (virtual.c): the simulator delivers them */
+		run->ipi_virtual = true;
+		return 0;
+	}
 	run->ipi_force = getenv("FP_RT_IPI_FORCE") != NULL;
 	run->ipi_hold = getenv("FP_RT_IPI_HOLD") != NULL;
 	memset(&sa, 0, sizeof(sa));
@@ -106,7 +114,8 @@ void rt_ipi_teardown(struct rt_run *run)
 {
 	if (!run->ipi)
 		return;
-	sigaction(ipi_signal(), &ipi_prev, NULL);
+	if (!run->ipi_virtual)
+		sigaction(ipi_signal(), &ipi_prev, NULL);
 	free(run->ipi);
 	run->ipi = NULL;
 }
@@ -138,7 +147,7 @@ void rt_ipi_enter(struct fp_ctx *ctx)
 	struct rt_ipi *p = &ctx->run->ipi[ctx->worker];
 
 	ctx->tops->irq_prepare(ctx);
-	atomic_store_explicit(&p->since, fp_rdtsc(), memory_order_relaxed);
+	atomic_store_explicit(&p->since, rt_cycles(), memory_order_relaxed);
 	/* The handler runs on this thread: a compiler barrier orders it against what was
 	 * prepared (no fence instruction: this is on every request of a home); thieves on
 	 * other cores need only see @since before @inside (release). */
@@ -169,8 +178,9 @@ static void ipi_send(struct fp_ctx *ctx, struct rt_ipi *p)
 {
 	if (atomic_exchange(&p->pending, 1))
 		return;
-	atomic_store_explicit(&p->sent, fp_rdtsc(), memory_order_relaxed);
-	if (pthread_kill(p->thread, ipi_signal()) == 0)
+	atomic_store_explicit(&p->sent, rt_cycles(), memory_order_relaxed);
+	if ((rt_vkick ? rt_vkick((unsigned)(p - ctx->run->ipi)) :
+	     pthread_kill(p->thread, ipi_signal())) == 0)
 		ctx->stats->ipi_sent++;
 	else
 		atomic_store(&p->pending, 0);
@@ -179,7 +189,7 @@ static void ipi_send(struct fp_ctx *ctx, struct rt_ipi *p)
 void rt_ipi_idle(struct fp_ctx *ctx)
 {
 	struct rt_run *run = ctx->run;
-	uint64_t now = fp_rdtsc();
+	uint64_t now = rt_cycles();
 
 	for (unsigned h = 0; h < run->cfg->n_workers; h++) {
 		struct rt_ipi *p = &run->ipi[h];
@@ -200,6 +210,6 @@ void rt_ipi_returned(struct fp_ctx *ctx, unsigned home)
 {
 	struct rt_ipi *p = &ctx->run->ipi[home];
 
-	if (ipi_busy(ctx->run, p, fp_rdtsc()))
+	if (ipi_busy(ctx->run, p, rt_cycles()))
 		ipi_send(ctx, p);
 }

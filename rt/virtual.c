@@ -9,6 +9,7 @@
 #include "defs.h"
 
 uint64_t (*rt_vcycles)(void);
+int (*rt_vkick)(unsigned worker);
 
 struct fp_rt_virtual {
 	struct rt_run run;
@@ -16,16 +17,16 @@ struct fp_rt_virtual {
 
 struct fp_rt_virtual *fp_rt_virtual_create(const struct fp_rt_config *cfg, const struct fp_app *app,
 					   const uint16_t *table, uint64_t (*vcycles)(void),
-					   char *err, size_t errlen)
+					   int (*vkick)(unsigned worker), char *err, size_t errlen)
 {
 	struct fp_rt_virtual *v;
 	int rc;
 
 	if (cfg->n_workers < 1 || cfg->n_workers > FP_RT_MAX_WORKERS)
 		return snprintf(err, errlen, "workers: 1 to %u", FP_RT_MAX_WORKERS), NULL;
-	if (cfg->notify != FP_NOTIFY_POLL)
-		return snprintf(err, errlen, "--notify ipi: signals have no place in virtual "
-				"time; the simulator models them itself"), NULL;
+	if (cfg->notify == FP_NOTIFY_IPI && (cfg->sched != FP_SCHED_STEAL || !vkick))
+		return snprintf(err, errlen, "--notify ipi: needs --sched steal and the "
+				"simulator's delivery"), NULL;
 	if (cfg->sched == FP_SCHED_STEAL && !app->steal_safe)
 		return snprintf(err, errlen, "--sched steal: %s is not steal-safe",
 				app->name ? app->name : "the application"), NULL;
@@ -43,6 +44,11 @@ struct fp_rt_virtual *fp_rt_virtual_create(const struct fp_rt_config *cfg, const
 		return NULL;
 	}
 	rt_vcycles = vcycles;
+	rt_vkick = vkick;
+	if (cfg->notify == FP_NOTIFY_IPI && rt_ipi_setup(&v->run, err, errlen)) {
+		fp_rt_virtual_destroy(v);
+		return NULL;
+	}
 	return v;
 }
 
@@ -79,6 +85,11 @@ unsigned fp_rt_vworker_conns(const struct fp_rt_vworker *w)
 	return rt_vworker_conns((const struct rt_wk *)w);
 }
 
+void fp_rt_vworker_interrupt(struct fp_rt_vworker *w)
+{
+	rt_vworker_interrupt((struct rt_wk *)w);
+}
+
 void fp_rt_vworker_close(struct fp_rt_vworker *w)
 {
 	rt_vworker_close((struct rt_wk *)w);
@@ -93,8 +104,10 @@ void fp_rt_virtual_destroy(struct fp_rt_virtual *v)
 {
 	if (!v)
 		return;
+	rt_ipi_teardown(&v->run);
 	if (v->run.sh)
 		rt_steal_teardown(&v->run);
 	rt_vcycles = NULL;
+	rt_vkick = NULL;
 	free(v);
 }

@@ -1306,6 +1306,8 @@ struct rt_wk *rt_vworker_open(struct rt_run *run, unsigned worker, struct fp_dev
 		rt_wk_close(w);
 		return NULL;
 	}
+	if (w)
+		rt_ipi_bind(&w->ctx, w->q);
 	return w;
 }
 
@@ -1327,8 +1329,11 @@ struct fp_rt_worker_stats *rt_vworker_stats(struct rt_wk *w) { return w->ctx.sta
 
 unsigned rt_vworker_conns(const struct rt_wk *w) { return fp_stack_tcp_conns(w->st); }
 
+void rt_vworker_interrupt(struct rt_wk *w) { rt_ipi_deliver(&w->ctx); }
+
 void rt_vworker_close(struct rt_wk *w)
 {
+	rt_ipi_unbind(&w->ctx);
 	rt_app_stop(w);
 	rt_tx(w);
 	rt_wk_close(w);

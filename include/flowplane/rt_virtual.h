@@ -25,11 +25,14 @@
 struct fp_rt_virtual;
 struct fp_rt_vworker;
 
-/* A run of @cfg->n_workers workers of @app (cfg->sched: part or steal; cfg->notify must
- * be poll). @cfg, @app and @table must outlive it. NULL with one line in @err. */
+/* A run of @cfg->n_workers workers of @app (cfg->sched: part or steal). With cfg->notify
+ * ipi (and steal), an interrupt a worker sends is @vkick(home) instead of a signal: the
+ * simulator delivers it with fp_rt_vworker_interrupt at the time it chooses. @cfg, @app
+ * and @table must outlive the run. NULL with one line in @err. */
 struct fp_rt_virtual *fp_rt_virtual_create(const struct fp_rt_config *cfg, const struct fp_app *app,
 					   const uint16_t *table, uint64_t (*vcycles)(void),
-					   char *err, size_t errlen);
+					   int (*vkick)(unsigned worker), char *err,
+					   size_t errlen);
 /* Worker @worker on @q (the caller's; closed by the caller after the worker), address
  * cfg->ipv4, at @now_us: its stack and its application's init. NULL with @err. */
 struct fp_rt_vworker *fp_rt_vworker_open(struct fp_rt_virtual *v, unsigned worker,
@@ -42,6 +45,10 @@ uint64_t fp_rt_vworker_next_us(struct fp_rt_vworker *w);
 const struct fp_rt_worker_stats *fp_rt_vworker_stats(struct fp_rt_vworker *w);
 /* TCP control blocks its stack holds (listeners included). */
 unsigned fp_rt_vworker_conns(const struct fp_rt_vworker *w);
+/* An interrupt arrives at @w: what its signal handler does (rt/ipi.c), on its state, while
+ * the caller holds it suspended (inside a handler's service time, or between rounds:
+ * then the interrupt finds it outside a handler and does nothing). */
+void fp_rt_vworker_interrupt(struct fp_rt_vworker *w);
 /* The application's fini, what is open reset, the worker freed. */
 void fp_rt_vworker_close(struct fp_rt_vworker *w);
 /* What fp_ctx_stop() does: rounds from now on see the run stopping. */

@@ -91,7 +91,7 @@ struct fr_q {
 	struct fr *f;
 	unsigned id;
 	struct fr_wire rx;
-	uint64_t rx_frames, tx_frames;
+	uint64_t rx_frames, tx_frames, tx_bursts;
 };
 
 struct fr_core {
@@ -101,6 +101,10 @@ struct fr_core {
 	struct fp_rt_vworker *w;
 	uint64_t clock;               /* ns */
 	bool started, parked, done;
+	bool in_spin;                 /* suspended inside a handler's service time */
+	uint64_t irq_at;              /* an interrupt arrives then (0: none on its way) */
+	uint64_t owed_ns;             /* costs paid inside the round (interrupts it sent) */
+	uint64_t irqs, irqs_late;
 	uint64_t wake_at;             /* parked: when it looks again (UINT64_MAX: on an event) */
 	ucontext_t uc;
 	void *stack;
@@ -370,7 +374,50 @@ static void fr_spin(uint64_t ns)
 	c->spins++;
 	wake_thieves(F, c, c->clock);   /* what it posted before spinning can be taken */
 	c->clock += ns;
+	c->in_spin = true;
 	core_yield(c);
+	c->in_spin = false;
+}
+
+/* rt_vkick (--notify ipi): the running core interrupts @h; it arrives ipi_ns later, and
+ * the sender pays kick_ns. */
+static int fr_kick(unsigned h)
+{
+	struct fr *f = F;
+	struct fr_core *by = f->cur, *c = &f->core[h];
+	uint64_t t = (by ? by->clock : f->now) + (uint64_t)f->cfg->costs.ipi_ns;
+
+	if (h >= f->n)
+		return -EINVAL;
+	if (!c->irq_at || t < c->irq_at)
+		c->irq_at = t;
+	if (by)
+		by->owed_ns += (uint64_t)f->cfg->costs.kick_ns;
+	return 0;
+}
+
+/* An interrupt reaches @c at c->irq_at. Inside a handler's service time, the signal
+ * handler's work runs then, at that time (what it receives and sends, at that time), and
+ * the interrupted handler ends that much later: ipi_handle_ns, and rx_ns per frame it
+ * took. Elsewhere it finds the worker outside a handler and does nothing (late). */
+static void core_interrupt(struct fr *f, struct fr_core *c)
+{
+	uint64_t t = c->irq_at, end = c->clock, rx0 = c->q->rx_frames;
+
+	c->irq_at = 0;
+	c->irqs++;
+	f->cur = c;
+	if (c->in_spin)
+		c->clock = t;
+	else
+		c->irqs_late++;
+	fp_rt_vworker_interrupt(c->w);
+	f->cur = NULL;
+	if (c->in_spin) {
+		c->clock = end + (uint64_t)(f->cfg->costs.ipi_handle_ns +
+					    f->cfg->costs.rx_ns * (double)(c->q->rx_frames - rx0));
+		wake_thieves(f, c, t);   /* the conditions it posted can be taken */
+	}
 }
 
 static void core_main(void)
@@ -384,13 +431,15 @@ static void core_main(void)
 	c->started = true;
 	while (!f->stopping) {
 		const struct fp_rt_worker_stats *s = fp_rt_vworker_stats(c->w);
-		uint64_t rx0 = c->q->rx_frames, stolen0 = s->sched_stolen;
+		uint64_t rx0 = c->q->rx_frames, tx0 = c->q->tx_bursts, stolen0 = s->sched_stolen;
 		bool busy = fp_rt_vworker_round(c->w, c->clock / FP_NS_PER_US);
-		double cost = f->cfg->costs.poll_ns +
+		double cost = (double)c->owed_ns + f->cfg->costs.poll_ns +
 			      f->cfg->costs.rx_ns * (double)(c->q->rx_frames - rx0) +
-			      f->cfg->costs.steal_ns * (double)(s->sched_stolen - stolen0);
+			      f->cfg->costs.steal_ns * (double)(s->sched_stolen - stolen0) +
+			      f->cfg->costs.tx_ns * (double)(c->q->tx_bursts - tx0);
 
 		c->rounds++;
+		c->owed_ns = 0;
 		c->clock += cost < FR_ROUND_MIN_NS ? FR_ROUND_MIN_NS : (uint64_t)cost;
 		if (busy) {
 			wake_thieves(f, c, c->clock);
@@ -461,6 +510,8 @@ static unsigned vq_tx_burst(struct fp_devq *dq, struct fp_mbuf **frames, unsigne
 		fp_mbuf_free(&dq->cache, frames[i]);
 	}
 	q->tx_frames += n;
+	if (n)
+		q->tx_bursts++;
 	return n;
 }
 
@@ -558,6 +609,9 @@ static void to_workers(struct fr *f, struct fp_mbuf *src, uint64_t t)
 			continue;
 		}
 		core_wake(f, &f->core[k], at);
+		/* with interrupts, an idle thief that sees frames wait at a busy home acts */
+		if (f->cfg->notify == VS_NOTIFY_IPI)
+			wake_thieves(f, &f->core[k], at);
 	}
 	fp_mbuf_free(&f->ccache, src);
 }
@@ -820,6 +874,8 @@ static int machine_setup(struct fr *f)
 	f->rtc.batch = cfg->batch;
 	f->rtc.seed = cfg->seed ? cfg->seed : 1;
 	f->rtc.steal_force = cfg->steal_force;
+	f->rtc.notify = cfg->notify == VS_NOTIFY_IPI ? FP_NOTIFY_IPI : FP_NOTIFY_POLL;
+	f->rtc.ipi_after_us = (uint32_t)cfg->ipi_after_us;
 	f->rng = f->rtc.seed * 0xd1b54a32d192ed03ull;
 	f->rtc.stack.secret = f->rtc.seed * 0x9e3779b97f4a7c15ull + 2;
 	f->rtc.stack.max_conns = cfg->flows + 64;
@@ -831,8 +887,8 @@ static int machine_setup(struct fr *f)
 	for (unsigned g = 0; g < FP_RSS_GROUPS; g++)
 		f->table[g] = (uint16_t)(g % f->n);
 	fp_rss_init(&f->rss, fp_rss_key_symmetric);
-	if (!(f->v = fp_rt_virtual_create(&f->rtc, &f->app, f->table, fr_vcycles, f->err,
-					  sizeof(f->err))))
+	if (!(f->v = fp_rt_virtual_create(&f->rtc, &f->app, f->table, fr_vcycles, fr_kick,
+					  f->err, sizeof(f->err))))
 		return -EINVAL;
 	f->core = calloc(f->n, sizeof(*f->core));
 	if (!f->core)
@@ -917,8 +973,8 @@ static unsigned server_conns(const struct fr *f)
  * 0, or -errno with f->err set (nothing can happen any more, or not before @limit). */
 static int fr_step(struct fr *f, uint64_t limit, const char *waiting)
 {
-	uint64_t tc = client_next(f), tb = UINT64_MAX;
-	struct fr_core *best = NULL;
+	uint64_t tc = client_next(f), tb = UINT64_MAX, ti = UINT64_MAX;
+	struct fr_core *best = NULL, *irq = NULL;
 
 	for (unsigned i = 0; i < f->n; i++) {
 		struct fr_core *c = &f->core[i];
@@ -928,6 +984,14 @@ static int fr_step(struct fr *f, uint64_t limit, const char *waiting)
 			tb = t;
 			best = c;
 		}
+		if (c->irq_at && c->irq_at < ti) {
+			ti = c->irq_at;
+			irq = c;
+		}
+	}
+	if (irq && ti <= tc && ti <= tb) {   /* an interrupt first: it cuts into what runs */
+		core_interrupt(f, irq);
+		return 0;
 	}
 	if (tc == UINT64_MAX && !best) {
 		snprintf(f->err, sizeof(f->err), "nothing left to happen, %s", waiting);
@@ -1008,6 +1072,8 @@ int vs_full(struct vs_run *r, struct vs_result *res, char *err, size_t errlen)
 		for (unsigned i = 0; i < f->n; i++) {
 			const struct fp_rt_worker_stats *s = fp_rt_vworker_stats(f->core[i].w);
 
+			res->kicks += s->ipi_sent;
+			res->irqs += s->ipi_handled;
 			res->steals += s->sched_stolen;
 			res->frames += f->core[i].q->rx_frames;
 			res->batches += s->sched_local + s->sched_stolen;   /* flows' batches run */

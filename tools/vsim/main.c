@@ -80,7 +80,11 @@ static const char usage[] =
 	"                         spin --native's handler on each core, a virtual NIC with\n"
 	"                         RSS, a client stack sending the requests over TCP (--flows\n"
 	"                         connections, default 1024); costs: poll_ns, rx_ns,\n"
-	"                         steal_ns, wire_ns\n"
+	"                         steal_ns, wire_ns; with --notify ipi (rt/ipi.c's\n"
+	"                         interrupts, delivered in virtual time) also kick_ns,\n"
+	"                         ipi_ns, ipi_handle_ns\n"
+	"  --ipi-after-us US      --full --notify ipi: a home is interrupted once inside a\n"
+	"                         handler this long (the runtime's option; default 10)\n"
 	"  --steal-force          --full: every batch runs on a thief, none at home\n"
 	"  --loss P, --reorder P  --full: each frame's chance of being dropped, or held back\n"
 	"                         1-50 us (later ones pass it), on the virtual wire\n"
@@ -471,7 +475,7 @@ enum { O_SCHED = 256, O_VICTIM, O_NOTIFY, O_MEAN, O_SWEEP, O_MAXLOAD, O_SLO, O_R
        O_FLOWS, O_BATCH, O_SEED, O_COST, O_COSTS, O_LIST, O_REAL, O_CORES, O_CALIB, O_FORMAT,
        O_QUIET, O_ALLOC, O_HOMES, O_ALLOC_US, O_SPIN_US, O_SHIFT, O_WINDOWS, O_GHZ, O_NOMINAL,
        O_SLO_US, O_PATTERN, O_PATTERN_S, O_CTL, O_POLICY, O_FULL, O_STEAL_FORCE, O_LOSS,
-       O_REORDER };
+       O_REORDER, O_IPI_AFTER };
 
 static const struct option opts[] = {
 	{"workers", required_argument, 0, 'n'}, {"sched", required_argument, 0, O_SCHED},
@@ -486,6 +490,7 @@ static const struct option opts[] = {
 	{"real", no_argument, 0, O_REAL}, {"cores", required_argument, 0, O_CORES},
 	{"full", no_argument, 0, O_FULL}, {"steal-force", no_argument, 0, O_STEAL_FORCE},
 	{"loss", required_argument, 0, O_LOSS}, {"reorder", required_argument, 0, O_REORDER},
+	{"ipi-after-us", required_argument, 0, O_IPI_AFTER},
 	{"calibrate", required_argument, 0, O_CALIB}, {"format", required_argument, 0, O_FORMAT},
 	{"quiet", no_argument, 0, O_QUIET}, {"alloc", no_argument, 0, O_ALLOC},
 	{"homes", required_argument, 0, O_HOMES}, {"alloc-us", required_argument, 0, O_ALLOC_US},
@@ -502,7 +507,7 @@ int main(int argc, char **argv)
 	struct vs_config c = {
 		.n = 16, .sched = VS_SCHED_STEAL, .dist = "exp", .mean_us = 10, .load = 0.5,
 		.requests = 200000, .warmup = 0.05, .flows = 100000, .batch = 64, .seed = 1,
-		.slo_mult = 10, .homes = 1, .alloc_us = 5, .spin_us = 2,
+		.slo_mult = 10, .homes = 1, .alloc_us = 5, .spin_us = 2, .ipi_after_us = -1,
 	};
 	double sw_a = 0, sw_b = 0, sw_step = 0;
 	bool sweep = false, max_load = false, quiet = !isatty(2), json = false, flows_set = false;
@@ -569,6 +574,7 @@ int main(int argc, char **argv)
 		case O_REAL: c.real = true; break;
 		case O_FULL: c.full = true; break;
 		case O_STEAL_FORCE: c.steal_force = true; break;
+		case O_IPI_AFTER: c.ipi_after_us = num("ipi-after-us", optarg, 0, 1e6); break;
 		case O_LOSS: c.loss = num("loss", optarg, 0, 0.5); break;
 		case O_REORDER: c.reorder = num("reorder", optarg, 0, 0.5); break;
 		case O_CORES: parse_cores(&c, optarg); break;
@@ -608,11 +614,15 @@ int main(int argc, char **argv)
 	if (sweep && max_load)
 		die("--sweep and --max-load do not go together");
 	if (c.full && (c.real || c.alloc || c.ctl || c.pattern_spec || c.shift_ms > 0 ||
-		       c.window_us > 0 || c.notify != VS_NOTIFY_POLL || calib ||
-		       c.ghz || c.nominal_ghz))
+		       c.window_us > 0 || calib || c.ghz || c.nominal_ghz))
 		die("--full runs the real workers at one load in virtual time: not with --real, "
-		    "--alloc, --ctl, --pattern, --shift, --windows, --notify ipi, --calibrate or "
-		    "--ghz");
+		    "--alloc, --ctl, --pattern, --shift, --windows, --calibrate or --ghz");
+	if (c.ipi_after_us >= 0 && !(c.full && c.notify == VS_NOTIFY_IPI))
+		die("--ipi-after-us is the runtime's: with --full --notify ipi");
+	if (c.ipi_after_us < 0)
+		c.ipi_after_us = 10;   /* the runtime's default */
+	if (c.full && c.notify == VS_NOTIFY_IPI && c.sched != VS_SCHED_STEAL)
+		die("--full --notify ipi: the workers' interrupts are --sched steal's");
 	if (c.full && c.victim != FP_SHUF_VICTIM_RANDOM)
 		die("--full: the workers' shuffle layer picks its victims at random (ZygOS's)");
 	if (!c.full && (c.steal_force || c.loss > 0 || c.reorder > 0))

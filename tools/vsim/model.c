@@ -26,6 +26,7 @@ const struct vs_cost_name vs_cost_names[] = {
 	{"park_ns", F(park_ns), "--alloc: a worker's cost of parking"},
 	{"move_ns", F(move_ns), "--ctl: the old owner's cost of starting a group's move"},
 	{"wire_ns", F(wire_ns), "--full: a frame's time from one NIC to the other"},
+	{"tx_ns", F(tx_ns), "--full: per transmit burst handed to the device (its kick)"},
 };
 #undef F
 const unsigned vs_n_cost_names = sizeof(vs_cost_names) / sizeof(vs_cost_names[0]);

@@ -56,6 +56,8 @@ struct vs_costs {
 	double move_ns;      /* --ctl: the old owner's cost of starting a flow group's move
 			      * (IX's hold: marking it, stopping its timers) */
 	double wire_ns;      /* --full: a frame's time from one NIC to the other */
+	double tx_ns;        /* --full: per transmit burst handed to the device (its kick:
+			      * a doorbell, or a syscall on AF_XDP in copy mode) */
 };
 
 struct vs_cost_name {
@@ -83,6 +85,7 @@ struct vs_config {
 	bool real;
 	bool full;                   /* the real workers, stack and handler (full.c) */
 	bool steal_force;            /* --full: every batch runs on a thief */
+	double ipi_after_us;         /* --full --notify ipi: the runtime's --ipi-after-us */
 	double loss, reorder;        /* --full: each frame's chance of being dropped, and of
 				      * being held back (others pass it) on the virtual wire */
 	int cores[VS_MAX_CORES + 1]; /* real: worker cores, then the generator's */

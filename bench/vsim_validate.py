@@ -308,25 +308,28 @@ def part_full(t, a, out):
               f"{f['order_errors'] + f1['order_errors']} |")
     # ZygOS's headline by the real code, 16 cores
     n, hrows = 16, []
-    hreq = max(req // 2, 20000)
+    hreq = max(req // 4, 20000)
     dists = ["exp", "bimodal1"] if a.quick else ["det", "exp", "bimodal1"]
-    cost = [f"--cost", f"rx_ns={a.stack_ns:.0f}"]
+    cal = ["--costs", a.costs, "--cost", f"rx_ns={a.stack_ns:.0f}"]
+    cols = [("model_steal", ()), ("model_steal_ipi", ("--notify", "ipi")),
+            ("full_steal", ("--full",)),
+            ("full_steal_ipi", ("--full", "--notify", "ipi")),
+            ("full_steal_ipi0", ("--full", "--notify", "ipi", "--ipi-after-us", "0")),
+            ("full_steal_cal", ("--full", *cal)),
+            ("full_steal_ipi0_cal", ("--full", "--notify", "ipi", "--ipi-after-us", "0", *cal)),
+            ("full_part", ("--full", "--sched", "part"))]
     total, done, t0 = len(dists) * 2, 0, time.time()
     for dist in dists:
         for s in (10, 25):
             fcfs = max_load([t.qsim, "-n", str(n), "--disc", "fcfs", "-d", dist, "--mean-us",
                              str(s), "--max-load", "-N", str(hreq), "--format", "json"])
-            v = lambda sched, *extra: max_load([t.vsim, "-n", str(n), "--sched", sched, "-d",
-                                                dist, "--mean-us", str(s), "--max-load",
-                                                "--requests", str(hreq), "--flows",
-                                                str(flows), "--format", "json", "--quiet",
-                                                *extra])
-            r = {"dist": dist, "mean_us": s, "qsim_fcfs": fcfs,
-                 "model_steal": v("steal"), "full_steal": v("steal", "--full"),
-                 "full_steal_cost": v("steal", "--full", *cost),
-                 "full_part": v("part", "--full")}
-            for k in ("model_steal", "full_steal", "full_steal_cost", "full_part"):
-                r[k + "_frac"] = r[k] / fcfs if fcfs else float("nan")
+            r = {"dist": dist, "mean_us": s, "qsim_fcfs": fcfs}
+            for key, extra in cols:
+                r[key] = max_load([t.vsim, "-n", str(n), "--sched", "steal", "-d", dist,
+                                   "--mean-us", str(s), "--max-load", "--requests", str(hreq),
+                                   "--flows", str(flows), "--format", "json", "--quiet",
+                                   *extra])
+                r[key + "_frac"] = r[key] / fcfs if fcfs else float("nan")
             hrows.append(r)
             done += 1
             el = time.time() - t0
@@ -335,14 +338,20 @@ def part_full(t, a, out):
                   f"~{el / done * (total - done):.0f} s left", file=sys.stderr)
     print(f"\n### ZygOS's headline by the real code at 16 cores: the highest load with p99 ≤ "
           f"10 × S as a fraction of M/G/16 FCFS's ({hreq} requests per probe, {flows} "
-          f"connections)\n")
-    print("| dist | S µs | M/G/16 FCFS load (qsim) | model steal (random, poll) | real code "
-          f"steal | real code steal, rx_ns={a.stack_ns:.0f} | real code partitioned |")
-    print("|---|---|---|---|---|---|---|")
+          f"connections; stealing picks victims at random; interrupts after 10 µs in a "
+          f"handler, the runtime's default, or at once; calibrated: "
+          f"{os.path.relpath(a.costs, ROOT)} with rx_ns={a.stack_ns:.0f})\n")
+    print("| dist | S µs | M/G/16 FCFS load (qsim) | model steal | model steal + interrupts | "
+          "real code steal | + interrupts (10 µs) | + interrupts (at once) | "
+          "real code steal, calibrated | + interrupts (at once), calibrated | "
+          "real code partitioned |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in hrows:
         print(f"| {r['dist']} | {r['mean_us']} | {r['qsim_fcfs']:.3f} | "
-              f"{r['model_steal_frac']:.0%} | **{r['full_steal_frac']:.0%}** | "
-              f"{r['full_steal_cost_frac']:.0%} | {r['full_part_frac']:.0%} |")
+              f"{r['model_steal_frac']:.0%} | {r['model_steal_ipi_frac']:.0%} | "
+              f"**{r['full_steal_frac']:.0%}** | {r['full_steal_ipi_frac']:.0%} | "
+              f"{r['full_steal_ipi0_frac']:.0%} | {r['full_steal_cal_frac']:.0%} | "
+              f"{r['full_steal_ipi0_cal_frac']:.0%} | {r['full_part_frac']:.0%} |")
     out["full"] = {"rows": rows, "headline": hrows, "stack_ns": a.stack_ns}
 
 

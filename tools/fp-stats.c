@@ -29,7 +29,9 @@ static const char usage[] =
 	"Show each worker of a running flowplane every interval: packets and Mbit/s each way,\n"
 	"busy share of the loop, mean and p99 frames per stack pass, p99 loop time, mean rx\n"
 	"queue depth at polls that found frames, drops by reason (nonzero only), TCP\n"
-	"connections and the application's ops/s.\n"
+	"connections and the application's ops/s; under --sched steal, the batches run at\n"
+	"home and stolen and the calls run for thieves per second, and with --notify ipi the\n"
+	"interrupts sent, handled and late (when any moved).\n"
 	"\n"
 	"  --name NAME      the run started with --stats NAME (default: the only one running)\n"
 	"  --interval SEC   seconds between views (default 1; fractions allowed)\n"
@@ -199,6 +201,10 @@ struct view {
 	double sleeps_s;
 	unsigned batch_p99;
 	uint64_t loop_p99_ns, conns;
+	/* --sched steal: batches run at home and stolen, calls run for thieves; --notify ipi:
+	 * interrupts sent, handled, late (per second) */
+	double local_s, stolen_s, remote_s, ipi_sent_s, ipi_handled_s, ipi_late_s;
+	bool sched_moved;
 };
 
 /* Smallest bucket holding the 99th percentile of the deltas @d[0..n); -1 when empty. */
@@ -258,6 +264,16 @@ static void make_view(const struct fp_rt_worker_stats *a, const struct fp_rt_wor
 	v->ops_s = (double)(b->app_ops - a->app_ops) / dt;
 	v->sleeps_s = (double)(b->sleeps - a->sleeps) / dt;
 	v->conns = b->tcp_conns;
+	v->local_s = (double)(b->sched_local - a->sched_local) / dt;
+	v->stolen_s = (double)(b->sched_stolen - a->sched_stolen) / dt;
+	v->remote_s = (double)(b->sched_remote_calls - a->sched_remote_calls) / dt;
+	v->ipi_sent_s = (double)(b->ipi_sent - a->ipi_sent) / dt;
+	v->ipi_handled_s = (double)(b->ipi_handled - a->ipi_handled) / dt;
+	v->ipi_late_s = (double)(b->ipi_late - a->ipi_late) / dt;
+	v->sched_moved = b->sched_local != a->sched_local || b->sched_stolen != a->sched_stolen ||
+			 b->sched_remote_calls != a->sched_remote_calls ||
+			 b->ipi_sent != a->ipi_sent || b->ipi_handled != a->ipi_handled ||
+			 b->ipi_late != a->ipi_late;
 	hist_views(a, b, v);
 }
 
@@ -308,6 +324,10 @@ static void print_table(const struct seg *s, const struct sample *a, const struc
 		       "%9.0f\n", i, b->w[i].core, v.rx_pps, v.rx_mbps, v.tx_pps, v.tx_mbps,
 		       v.busy_pct, v.batch_mean, v.batch_p99, (double)v.loop_p99_ns / 1e3,
 		       v.rxq_mean, (unsigned long long)v.conns, v.ops_s);
+		if (v.sched_moved)
+			printf("    sched/s: %.0f at home, %.0f stolen, %.0f calls for thieves; "
+			       "interrupts/s: %.0f sent, %.0f handled, %.0f late\n", v.local_s,
+			       v.stolen_s, v.remote_s, v.ipi_sent_s, v.ipi_handled_s, v.ipi_late_s);
 		int n = drops_moved(h, &a->w[i], &b->w[i], names, counts, 32);
 		for (int k = 0; k < n; k++)
 			printf("%s%s %llu%s", k ? ", " : "    drops: ", names[k],
@@ -333,10 +353,14 @@ static void print_json(const struct seg *s, const struct sample *a, const struct
 		printf("%s{\"worker\":%u,\"core\":%d,\"rx_pps\":%.1f,\"rx_mbps\":%.3f,"
 		       "\"tx_pps\":%.1f,\"tx_mbps\":%.3f,\"busy_pct\":%.2f,\"batch_mean\":%.2f,"
 		       "\"batch_p99\":%u,\"loop_p99_ns\":%llu,\"rxq_mean\":%.2f,\"conns\":%llu,"
-		       "\"app_ops_per_s\":%.1f,\"sleeps_per_s\":%.1f,\"drops\":{", i ? "," : "", i,
+		       "\"app_ops_per_s\":%.1f,\"sleeps_per_s\":%.1f,\"sched_local_per_s\":%.1f,"
+		       "\"sched_stolen_per_s\":%.1f,\"sched_remote_calls_per_s\":%.1f,"
+		       "\"ipi_sent_per_s\":%.1f,\"ipi_handled_per_s\":%.1f,\"ipi_late_per_s\":%.1f,"
+		       "\"drops\":{", i ? "," : "", i,
 		       b->w[i].core, v.rx_pps, v.rx_mbps, v.tx_pps, v.tx_mbps, v.busy_pct,
 		       v.batch_mean, v.batch_p99, (unsigned long long)v.loop_p99_ns, v.rxq_mean,
-		       (unsigned long long)v.conns, v.ops_s, v.sleeps_s);
+		       (unsigned long long)v.conns, v.ops_s, v.sleeps_s, v.local_s, v.stolen_s,
+		       v.remote_s, v.ipi_sent_s, v.ipi_handled_s, v.ipi_late_s);
 		int n = drops_moved(h, &a->w[i], &b->w[i], names, counts, 32);
 		for (int k = 0; k < n; k++)
 			printf("%s\"%s\":%llu", k ? "," : "", names[k], (unsigned long long)counts[k]);

@@ -78,11 +78,17 @@ def test_interrupted_homes_lose_nothing(topo, build_dir, tmp_path, depth, hold):
                 assert time.time() < deadline, "server did not publish its stats in 15 s"
                 time.sleep(0.2)
         out = tmp_path / "point.json"
+        # the live view, every 0.5 s from before the load until after it
+        live = topo.popen(topo.srv_ns, [build_dir / "tools" / "fp-stats", "--name", stats,
+                                        "--json", "--interval", "0.5"])
         r = topo.sh(topo.cli_ns, build_dir / "apps" / "loadgen" / "fp-loadgen", "--server",
                     f"{topo.fp_srv_ip}:{PORT}", "--proto", "spin", "--service",
                     "bimodal1:200us", "--rate", "1k", "--duration", "2", "--conns", "32",
                     "--depth", str(depth), "--quiet", "--json", out, *LENIENT, check=False,
                     timeout=120)
+        time.sleep(1)
+        live.send_signal(signal.SIGINT)
+        views = [json.loads(x) for x in live.communicate(timeout=10)[0].splitlines() if x]
         assert r.returncode == 0, r.stderr
         (p,) = json.loads(out.read_text())["points"]
         assert p["errors"] == 0 and p["timeouts"] == 0 and p["dropped"] == 0, p
@@ -109,6 +115,14 @@ def test_interrupted_homes_lose_nothing(topo, build_dir, tmp_path, depth, hold):
     if hold:
         assert sum(i["frames"] + i["calls"] for i in ipi) == 0, ipi
         assert sum(i["held"] + i["deferred"] for i in ipi) > 0, ipi
+    # the live view shows the scheduler and the interrupts as rates, over every view
+    keys = ("sched_local_per_s", "sched_stolen_per_s", "sched_remote_calls_per_s",
+            "ipi_sent_per_s", "ipi_handled_per_s", "ipi_late_per_s")
+    assert views and all(k in w and w[k] >= 0 for v in views for w in v["workers"]
+                         for k in keys), views[:1]
+    seen = {k: sum(w[k] * v["interval_s"] for v in views for w in v["workers"]) for k in keys}
+    assert seen["sched_local_per_s"] + seen["sched_stolen_per_s"] > 0, seen
+    assert seen["ipi_sent_per_s"] > 0, seen
     for w, i in zip(ws, ipi):
         assert i["frames"] + i["held"] <= w["rx_frames"] + w.get("steer_in", 0), (w, i)
         assert i["calls"] <= w["sched_remote_calls"], (w, i)

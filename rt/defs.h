@@ -59,10 +59,10 @@ struct rt_transport_ops {
 };
 
 /* --notify ipi (rt/ipi.c): one per worker, on its own cache line. The owner writes
- * @since then @inside around its own flow's handler; thieves read them, set @pending and
- * send the signal; the handler clears @pending. */
+ * @since then @inside around a flow's handler (its own or a stolen one); thieves read
+ * them, set @pending and send the signal; the handler clears @pending. */
 struct rt_ipi {
-	atomic_uint inside;           /* in its own flow's handler, interruptible */
+	atomic_uint inside;           /* in a flow's handler, interruptible */
 	atomic_uint pending;          /* a signal sent, not yet handled */
 	atomic_uint rx_blocked;       /* its last interrupt left frames or conditions to
 				       * the loop: another would not receive */
@@ -172,7 +172,7 @@ int rt_ipi_setup(struct rt_run *run, char *err, size_t errlen);
 void rt_ipi_teardown(struct rt_run *run);
 void rt_ipi_bind(struct fp_ctx *ctx, const struct fp_devq *q);   /* the worker's thread */
 void rt_ipi_unbind(struct fp_ctx *ctx);
-void rt_ipi_enter(struct fp_ctx *ctx);   /* around its own flow's handler */
+void rt_ipi_enter(struct fp_ctx *ctx);   /* around a flow's handler */
 void rt_ipi_leave(struct fp_ctx *ctx);
 void rt_ipi_idle(struct fp_ctx *ctx);    /* a thief found nothing: interrupt busy homes */
 void rt_ipi_returned(struct fp_ctx *ctx, unsigned home);   /* a thief sent a flow home */

@@ -261,7 +261,7 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	for (struct fp_shuf_ev *e = s->sf.batch.head; e; e = e->next)
 		w->conds[n++] = fp_container_of(e, struct rt_sev, link)->c;
 	s->n_rets = 0;
-	if (home && ctx->run->ipi) {   /* the one place an interrupt may cut in (ipi.c) */
+	if (ctx->run->ipi) {   /* the one place an interrupt may cut in (ipi.c), here or stolen */
 		rt_ipi_enter(ctx);
 		ctx->run->app->handle(ctx, w->conds, n, s->rets, n_rets);
 		rt_ipi_leave(ctx);

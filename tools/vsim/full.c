@@ -1000,8 +1000,8 @@ static int fr_step(struct fr *f, uint64_t limit, const char *waiting)
 	uint64_t t = tc <= tb ? tc : tb;
 
 	if (t > limit) {
-		snprintf(f->err, sizeof(f->err), "after %.3f s of virtual time, %s", (double)t / 1e9,
-			 waiting);
+		snprintf(f->err, sizeof(f->err), "after %.3f s of virtual time, %s",
+			 (double)t / 1e9, waiting);
 		return -ETIMEDOUT;
 	}
 	if (tc <= tb)

@@ -214,9 +214,10 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 			fprintf(o->f, " %8.1f", (double)r->gen_late_max_ns / us);
 		fputc('\n', o->f);
 		if (c->full)
-			fprintf(o->f, "# wire: %llu frames dropped, %llu held back; %llu connections "
-				"closed by the client and let go by the workers\n",
-				(unsigned long long)r->wire_drops, (unsigned long long)r->wire_delayed,
+			fprintf(o->f, "# wire: %llu frames dropped, %llu held back; %llu "
+				"connections closed by the client and let go by the workers\n",
+				(unsigned long long)r->wire_drops,
+				(unsigned long long)r->wire_delayed,
 				(unsigned long long)r->conns_closed);
 		if (r->n_clocks) {
 			fprintf(o->f, "# core-seconds polling:");
@@ -292,9 +293,9 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 		fputc(']', o->f);
 	}
 	if (c->full)
-		fprintf(o->f, ", \"wire_drops\": %llu, \"wire_delayed\": %llu, \"conns_closed\": %llu",
-			(unsigned long long)r->wire_drops, (unsigned long long)r->wire_delayed,
-			(unsigned long long)r->conns_closed);
+		fprintf(o->f, ", \"wire_drops\": %llu, \"wire_delayed\": %llu, "
+			"\"conns_closed\": %llu", (unsigned long long)r->wire_drops,
+			(unsigned long long)r->wire_delayed, (unsigned long long)r->conns_closed);
 	if (c->real) {
 		fprintf(o->f, ", \"generator_late_max_us\": %.6g, \"generator_late_count\": %llu, "
 			"\"measured_costs\": {", (double)r->gen_late_max_ns / us,
@@ -628,7 +629,8 @@ int main(int argc, char **argv)
 	if (!c.full && (c.steal_force || c.loss > 0 || c.reorder > 0))
 		die("--steal-force, --loss and --reorder are --full's (the real stack's wire)");
 	if (c.steal_force && (c.sched != VS_SCHED_STEAL || c.n < 2))
-		die("--steal-force: every batch on a thief needs --sched steal and 2 workers or more");
+		die("--steal-force: every batch on a thief needs --sched steal and 2 workers or "
+		    "more");
 	if (c.full && !flows_set)
 		c.flows = 1024;
 	if (c.alloc && c.real)

@@ -27,7 +27,7 @@
  *     flow's home is another); an interrupt that arrives anywhere else does nothing
  *     (ipi_late): the loop is near. A worker running a long stolen request is as deaf to
  *     its own queue as one running its own: fp-vsim --full put bimodal 10 us at 16
- *     workers at 73% of M/G/16's load with interrupts in own handlers only, 87% in both;
+ *     workers at 74% of M/G/16's load with interrupts in own handlers only, 87% in both;
  *   - it allocates and frees nothing, since the interrupted code may be inside malloc:
  *     room in the stack's queues, in ctx->conds and in the free events is made beforehand
  *     (irq_prepare); a frame whose input could allocate (a new connection, a FIN, a RST,

@@ -321,7 +321,7 @@ def test_ctl_bad_policy_one_line(tmp_path, text, msg):
     (["--sweep", "0.9:0.1:0.1"], "--sweep"),
     (["--cost", "nope=3"], "no cost named"),
     (["--cost", "rx_ns"], "NAME=NS"),
-    (["--calibrate", "/tmp/x"], "add --real"),
+    (["--calibrate", "/tmp/x"], "add --real or --full"),
     (["--real", "-n", "2", "--cores", "0,1"], "need 3"),
     (["--real", "-n", "1", "--cores", "0"], "need 2"),
     (["--costs", "/nonexistent/file"], "cannot open"),
@@ -482,3 +482,18 @@ def test_full_a_reply_does_not_wait_for_the_next_handler():
     model = vjson(*args)["points"][0]
     for k in ("p50_us", "p99_us"):
         assert abs(full[k] - model[k]) <= 0.03 * model[k], (k, full[k], model[k])
+
+
+def test_full_calibrates_from_the_real_code(tmp_path):
+    """--full --calibrate fits the real code's own time per round (this machine's, so only
+    the form is checked, never a value) and writes a --costs file that a run reads back."""
+    f = tmp_path / "costs.txt"
+    p = run(*FULL, "-n", "2", "-l", "0.5", "--requests", "5000", "--calibrate", f)
+    assert p.returncode == 0, p.stderr
+    costs = dict(line.split("=") for line in f.read_text().splitlines()
+                 if line and not line.startswith("#"))
+    assert set(costs) == {"poll_ns", "rx_ns", "tx_ns", "steal_ns"}
+    assert all(float(v) >= 0 for v in costs.values())
+    assert "least squares over" in f.read_text()
+    q = run(*FULL, "-n", "2", "-l", "0.5", "--requests", "5000", "--costs", f)
+    assert q.returncode == 0, q.stderr

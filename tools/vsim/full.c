@@ -1,5 +1,6 @@
 /* full.c: fp-vsim --full: the real workers (loop, stack, scheduler, fp-echo's spin server) on N virtual cores, over a virtual NIC, in virtual time. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,9 @@
 
 struct fr;
 
+#define FIT_K 4   /* a round's cost: poll_ns + rx_ns x frames + tx_ns x bursts + steal_ns x steals */
+#define FIT_STALL_NS 50000.0   /* a round that took longer was stopped, not slow: left out */
+
 /* Frames in flight to one receiver: a binary heap by (arrival time, sequence), so frames
  * due at the same time arrive in the order they were sent, and a frame the wire delays
  * (--reorder) lets later ones pass. */
@@ -105,6 +109,8 @@ struct fr_core {
 	uint64_t irq_at;              /* an interrupt arrives then (0: none on its way) */
 	uint64_t owed_ns;             /* costs paid inside the round (interrupts it sent) */
 	uint64_t irqs, irqs_late;
+	uint64_t seg;                 /* TSC when its code last started running */
+	uint64_t cpu;                 /* TSC cycles its code ran in this round (spins left out) */
 	uint64_t wake_at;             /* parked: when it looks again (UINT64_MAX: on an event) */
 	ucontext_t uc;
 	void *stack;
@@ -155,6 +161,10 @@ struct fr {
 	uint64_t bad_replies, cli_drops;
 	uint64_t rng, wire_drops, wire_delayed;
 	uint64_t end;                 /* when the last reply arrived */
+	/* what the real code's rounds took on this machine (TSC, spins left out), against
+	 * what they did: least squares of ns ~ 1 + frames received + bursts sent + steals */
+	double xtx[FIT_K][FIT_K], xty[FIT_K], yy;
+	uint64_t fit_n, fit_stalls;
 	uint32_t closed;              /* connections closed and let go */
 	char err[256];
 };
@@ -280,6 +290,85 @@ static int frame_group(const struct fr *f, const struct fp_mbuf *m)
 	return (int)fp_rss_group(fp_rss_ipv4_l4(&f->rss, src, dst, sport, dport));
 }
 
+/* ---- the real code's own cost (--calibrate) ---- */
+
+static void fit_add(struct fr *f, double ns, double rx, double tx, double steals)
+{
+	const double x[FIT_K] = { 1, rx, tx, steals };
+
+	if (ns > FIT_STALL_NS) {   /* the process was stopped (preempted, a fault): not the code */
+		f->fit_stalls++;
+		return;
+	}
+
+	for (unsigned i = 0; i < FIT_K; i++) {
+		for (unsigned j = 0; j < FIT_K; j++)
+			f->xtx[i][j] += x[i] * x[j];
+		f->xty[i] += x[i] * ns;
+	}
+	f->yy += ns * ns;
+	f->fit_n++;
+}
+
+/* Solve the normal equations over the terms that varied (a term that never moved, such as
+ * steals when partitioned, gets 0); negative costs are clamped to 0. *@r2: the fit's R². */
+static void fit_solve(const struct fr *f, double out[FIT_K], double *r2)
+{
+	double a[FIT_K][FIT_K + 1], mean = f->fit_n ? f->xty[0] / (double)f->fit_n : 0;
+	unsigned use[FIT_K], k = 0;
+
+	for (unsigned i = 0; i < FIT_K; i++) {
+		out[i] = 0;
+		if (i == 0 || f->xtx[i][i] > 0)
+			use[k++] = i;
+	}
+	for (unsigned i = 0; i < k; i++) {
+		for (unsigned j = 0; j < k; j++)
+			a[i][j] = f->xtx[use[i]][use[j]];
+		a[i][k] = f->xty[use[i]];
+	}
+	for (unsigned c = 0; c < k; c++) {   /* Gauss-Jordan, partial pivoting */
+		unsigned piv = c;
+
+		for (unsigned r = c + 1; r < k; r++)
+			if (fabs(a[r][c]) > fabs(a[piv][c]))
+				piv = r;
+		if (fabs(a[piv][c]) < 1e-12)
+			continue;
+		for (unsigned j = 0; j <= k; j++) {
+			double t = a[c][j];
+
+			a[c][j] = a[piv][j];
+			a[piv][j] = t;
+		}
+		for (unsigned r = 0; r < k; r++) {
+			double m = a[r][c] / a[c][c];
+
+			if (r == c)
+				continue;
+			for (unsigned j = c; j <= k; j++)
+				a[r][j] -= m * a[c][j];
+		}
+	}
+	double sse = f->yy, sst = f->yy - (double)f->fit_n * mean * mean;
+
+	for (unsigned i = 0; i < k; i++) {
+		double b = fabs(a[i][i]) < 1e-12 ? 0 : a[i][k] / a[i][i];
+
+		out[use[i]] = b;
+	}
+	/* SSE = y'y - 2 b'X'y + b'X'X b */
+	for (unsigned i = 0; i < FIT_K; i++) {
+		sse -= 2 * out[i] * f->xty[i];
+		for (unsigned j = 0; j < FIT_K; j++)
+			sse += out[i] * f->xtx[i][j] * out[j];
+	}
+	*r2 = sst > 0 ? 1 - sse / sst : 0;
+	for (unsigned i = 0; i < FIT_K; i++)
+		if (out[i] < 0)
+			out[i] = 0;
+}
+
 /* ---- the schedule ---- */
 
 static uint64_t fr_vcycles(void)
@@ -375,7 +464,9 @@ static void fr_spin(uint64_t ns)
 	wake_thieves(F, c, c->clock);   /* what it posted before spinning can be taken */
 	c->clock += ns;
 	c->in_spin = true;
+	c->cpu += fp_rdtsc() - c->seg;
 	core_yield(c);
+	c->seg = fp_rdtsc();
 	c->in_spin = false;
 }
 
@@ -432,7 +523,14 @@ static void core_main(void)
 	while (!f->stopping) {
 		const struct fp_rt_worker_stats *s = fp_rt_vworker_stats(c->w);
 		uint64_t rx0 = c->q->rx_frames, tx0 = c->q->tx_bursts, stolen0 = s->sched_stolen;
+
+		c->cpu = 0;
+		c->seg = fp_rdtsc();
 		bool busy = fp_rt_vworker_round(c->w, c->clock / FP_NS_PER_US);
+
+		c->cpu += fp_rdtsc() - c->seg;
+		fit_add(f, (double)fp_cycles_to_ns(c->cpu), (double)(c->q->rx_frames - rx0),
+			(double)(c->q->tx_bursts - tx0), (double)(s->sched_stolen - stolen0));
 		double cost = (double)c->owed_ns + f->cfg->costs.poll_ns +
 			      f->cfg->costs.rx_ns * (double)(c->q->rx_frames - rx0) +
 			      f->cfg->costs.steal_ns * (double)(s->sched_stolen - stolen0) +
@@ -1066,6 +1164,15 @@ int vs_full(struct vs_run *r, struct vs_result *res, char *err, size_t errlen)
 	if (!rc) {
 		r->end_ns = f->last_reply - f->t0;
 		vs_collect(r, res);
+		double b[FIT_K];
+
+		fit_solve(f, b, &res->fit_r2);
+		res->measured.poll_ns = b[0];
+		res->measured.rx_ns = b[1];
+		res->measured.tx_ns = b[2];
+		res->measured.steal_ns = b[3];
+		res->fit_rounds = f->fit_n;
+		res->fit_stalls = f->fit_stalls;
 		res->wire_drops = f->wire_drops;
 		res->wire_delayed = f->wire_delayed;
 		res->conns_closed = f->closed;

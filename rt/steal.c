@@ -386,15 +386,16 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	/* 4. own ready flows; what the round sent leaves before a handler once handlers have
 	 * run RT_STEAL_FLUSH_NS since it last left, and the replies of flows that came home
 	 * leave before the first (their thieves already spent their service time) */
-	uint64_t now = rt_cycles(), until = now + fp_ns_to_cycles(RT_STEAL_LOCAL_NS);
-	uint64_t gap = fp_ns_to_cycles(RT_STEAL_FLUSH_NS), sent_at = came_home ? now - gap : now;
+	uint64_t t = rt_cycles(), until = t + fp_ns_to_cycles(RT_STEAL_LOCAL_NS);
+	uint64_t gap = fp_ns_to_cycles(RT_STEAL_FLUSH_NS), sent_at = came_home ? t - gap : t;
 
+	/* one clock read per flow: @t is when the previous handler returned */
 	for (unsigned k = 0; !run->cfg->steal_force && k < RT_STEAL_LOCAL_MAX &&
-	     (!k || rt_cycles() < until) && (sf = fp_shuf_take(sh, me)); k++, done++) {
+	     (!k || (t = rt_cycles()) < until) && (sf = fp_shuf_take(sh, me)); k++, done++) {
 		note_taken(run, sf);
-		if (ctx->tops->flush && rt_cycles() - sent_at >= gap) {
+		if (ctx->tops->flush && t - sent_at >= gap) {
 			ctx->tops->flush(ctx);
-			sent_at = rt_cycles();
+			sent_at = t;
 		}
 		run_flow(ctx, w, SFLOW(sf));
 	}

@@ -95,6 +95,13 @@ void fp_rt_vworker_close(struct fp_rt_vworker *w)
 	rt_vworker_close((struct rt_wk *)w);
 }
 
+int fp_rt_frame_group(const struct fp_rss *rss, const uint8_t *frame, uint32_t len)
+{
+	int g = rt_steer_classify(rss, frame, len);
+
+	return g < 0 ? -1 : g;
+}
+
 void fp_rt_virtual_stop(struct fp_rt_virtual *v)
 {
 	atomic_store(&v->run.stop, true);

@@ -32,13 +32,6 @@ static inline uint64_t echo_le(const uint8_t *p, unsigned n)
 	return v;
 }
 
-/* Busy-wait @ns on the TSC (calibrated by fp_rt_run before the workers start), or in a
- * simulator's virtual time (clock.h: fp_spin_ns). */
-static inline void echo_spin_for(uint64_t ns)
-{
-	fp_spin_ns(ns);
-}
-
 enum echo_mode { ECHO_SERVER, ECHO_CLIENT, ECHO_PINGPONG, ECHO_SPIN };
 
 struct echo_opts {

@@ -86,7 +86,7 @@ static void *spin_conn(void *arg)
 				goto out;
 			left -= k;
 		}
-		echo_spin_for(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
+		fp_spin_ns(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
 		if (write_all(fd, h, SPIN_HDR))
 			break;
 	}

@@ -40,7 +40,7 @@ static size_t spin_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 			break;                  /* its padding is still on the way */
 		if (fp_evl_pending(c) + SPIN_HDR > ECHO_MAX_PENDING)
 			break;                  /* no room to answer: shown again later */
-		echo_spin_for(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
+		fp_spin_ns(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
 		if (fp_evl_write(c, h, SPIN_HDR) == -EPIPE)
 			return len;             /* closing: nothing more goes back */
 		fp_ctx_count(fp_evl_ctx(fp_evl_of(c)), 1, 0);

@@ -124,7 +124,7 @@ static void serve(struct fp_ctx *ctx, struct nconn *c)
 			conn_abort(ctx, c);
 			return;
 		}
-		echo_spin_for(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
+		fp_spin_ns(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
 		memcpy(c->out + c->out_len, h, SPIN_HDR);
 		c->out_len += SPIN_HDR;
 		c->want_send = true;

@@ -52,7 +52,7 @@ static void *spin_thread(void *arg)
 				goto out;
 			left -= n;
 		}
-		echo_spin_for(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
+		fp_spin_ns(ns < SPIN_MAX_NS ? ns : SPIN_MAX_NS);
 		if (fp_tsock_write(s, h, SPIN_HDR) != SPIN_HDR)
 			break;
 	}

@@ -49,6 +49,11 @@ unsigned fp_rt_vworker_conns(const struct fp_rt_vworker *w);
  * the caller holds it suspended (inside a handler's service time, or between rounds:
  * then the interrupt finds it outside a handler and does nothing). */
 void fp_rt_vworker_interrupt(struct fp_rt_vworker *w);
+/* A frame's flow group by RSS (the symmetric Toeplitz hash of its 4-tuple under @rss, as
+ * the workers' software steering computes it), or -1 when it has none (ARP, not IPv4
+ * TCP/UDP, a fragment): what a virtual NIC's RSS needs. */
+struct fp_rss;
+int fp_rt_frame_group(const struct fp_rss *rss, const uint8_t *frame, uint32_t len);
 /* The application's fini, what is open reset, the worker freed. */
 void fp_rt_vworker_close(struct fp_rt_vworker *w);
 /* What fp_ctx_stop() does: rounds from now on see the run stopping. */

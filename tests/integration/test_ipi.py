@@ -47,6 +47,35 @@ def server_argv(topo, build_dir, stats, *extra):
             "--cores", "0,1", "--sched", "steal", "--stats", stats, *extra]
 
 
+class LiveLines:
+    """The lines a process has printed on @fd, read without waiting on a clock: take() reads
+    what is there now, and with @until_one_more also blocks until one more line is
+    complete (so that line was printed after the call)."""
+
+    def __init__(self, fd):
+        self.fd, self.buf, self.lines = fd, b"", []
+
+    def _split(self):
+        *done, self.buf = self.buf.split(b"\n")
+        self.lines += [x.decode() for x in done if x.strip()]
+        return len(done)
+
+    def take(self, until_one_more):
+        import select
+        while select.select([self.fd], [], [], 0)[0]:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                break
+            self.buf += chunk
+        self._split()
+        while until_one_more:
+            chunk = os.read(self.fd, 65536)
+            assert chunk, "fp-stats ended"
+            self.buf += chunk
+            if self._split():
+                return
+
+
 def workers(topo, build_dir, stats):
     r = topo.sh(topo.srv_ns, build_dir / "tools" / "fp-stats", "--name", stats, "--totals",
                 check=False)
@@ -78,17 +107,21 @@ def test_interrupted_homes_lose_nothing(topo, build_dir, tmp_path, depth, hold):
                 assert time.time() < deadline, "server did not publish its stats in 15 s"
                 time.sleep(0.2)
         out = tmp_path / "point.json"
-        # the live view, every 0.5 s from before the load until after it
+        # the live view, every 0.5 s: its views are back to back, so those from the first
+        # (printed before the load began) to one printed after the load cover all of it
         live = topo.popen(topo.srv_ns, [build_dir / "tools" / "fp-stats", "--name", stats,
-                                        "--json", "--interval", "0.5"])
+                                        "--json", "--interval", "0.5"], text=False, bufsize=0)
+        views = LiveLines(live.stdout.fileno())
+        views.take(until_one_more=True)         # a view printed before the load began
         r = topo.sh(topo.cli_ns, build_dir / "apps" / "loadgen" / "fp-loadgen", "--server",
                     f"{topo.fp_srv_ip}:{PORT}", "--proto", "spin", "--service",
                     "bimodal1:200us", "--rate", "1k", "--duration", "2", "--conns", "32",
                     "--depth", str(depth), "--quiet", "--json", out, *LENIENT, check=False,
                     timeout=120)
-        time.sleep(1)
+        views.take(until_one_more=True)         # one ending after the load: covered
         live.send_signal(signal.SIGINT)
-        views = [json.loads(x) for x in live.communicate(timeout=10)[0].splitlines() if x]
+        live.communicate(timeout=10)
+        views = [json.loads(x) for x in views.lines]
         assert r.returncode == 0, r.stderr
         (p,) = json.loads(out.read_text())["points"]
         assert p["errors"] == 0 and p["timeouts"] == 0 and p["dropped"] == 0, p

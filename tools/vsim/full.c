@@ -55,9 +55,11 @@
  *     sends request i at its arrival time on its flow's connection (a 16-byte spin header)
  *     and takes its latency when the reply's last byte arrives.
  *
- * A round's cost: poll_ns, plus rx_ns per frame the worker received and steal_ns per flow
- * it stole, at least FR_ROUND_MIN_NS (so a loop that keeps finding work cannot stop time).
- * The other costs of the model are model.c's steps and do not apply here.
+ * A round's cost: poll_ns, plus rx_ns per frame the worker received, tx_ns per burst it
+ * handed the NIC, steal_ns per flow it stole and kick_ns per interrupt it sent, at least
+ * FR_ROUND_MIN_NS (so a loop that keeps finding work cannot stop time); an interrupt
+ * costs its receiver ipi_handle_ns and rx_ns per frame it took, and arrives ipi_ns after it
+ * was sent. The other costs of the model are model.c's steps and do not apply here.
  */
 
 #define FR_STACK_SIZE   (1u << 20)    /* per core coroutine (ASan's frames are large) */
@@ -108,14 +110,12 @@ struct fr_core {
 	bool in_spin;                 /* suspended inside a handler's service time */
 	uint64_t irq_at;              /* an interrupt arrives then (0: none on its way) */
 	uint64_t owed_ns;             /* costs paid inside the round (interrupts it sent) */
-	uint64_t irqs, irqs_late;
 	uint64_t seg;                 /* TSC when its code last started running */
 	uint64_t cpu;                 /* TSC cycles its code ran in this round (spins left out) */
 	uint64_t wake_at;             /* parked: when it looks again (UINT64_MAX: on an event) */
 	ucontext_t uc;
 	void *stack;
 	void *fake;                   /* ASan's fake stack while switched out */
-	uint64_t rounds, idle_rounds, spins;
 };
 
 /* The client's side of one flow. */
@@ -158,7 +158,7 @@ struct fr {
 	uint32_t n_up;
 	uint64_t t0;                  /* arrivals start (0: not yet) */
 	uint64_t next_req, replied, last_reply;
-	uint64_t bad_replies, cli_drops;
+	uint64_t bad_replies, nic_drops; /* frames a receiver had no buffer for */
 	uint64_t rng, wire_drops, wire_delayed;
 	uint64_t end;                 /* when the last reply arrived */
 	/* what the real code's rounds took on this machine (TSC, spins left out), against
@@ -270,24 +270,10 @@ static struct fp_mbuf *copy_frame(struct fp_pool_cache *c, const struct fp_mbuf 
 	return m;
 }
 
-/* The NIC's RSS: the frame's flow group, or -1 when it has no ports (ARP, ...). */
+/* The NIC's RSS: the frame's flow group, or -1 when it has none (ARP, ...). */
 static int frame_group(const struct fr *f, const struct fp_mbuf *m)
 {
-	const uint8_t *p = fp_mbuf_data(m);
-	uint32_t len = m->data_len, ihl, src, dst;
-	uint16_t sport, dport;
-
-	if (len < 14 + 20 + 4 || p[12] != 0x08 || p[13] != 0x00)
-		return -1;
-	p += 14;
-	ihl = (p[0] & 15u) * 4;
-	if ((p[9] != 6 && p[9] != 17) || ihl < 20 || len < 14 + ihl + 4)
-		return -1;
-	memcpy(&src, p + 12, 4);
-	memcpy(&dst, p + 16, 4);
-	memcpy(&sport, p + ihl, 2);
-	memcpy(&dport, p + ihl + 2, 2);
-	return (int)fp_rss_group(fp_rss_ipv4_l4(&f->rss, src, dst, sport, dport));
+	return fp_rt_frame_group(&f->rss, fp_mbuf_data(m), m->data_len);
 }
 
 /* ---- the real code's own cost (--calibrate) ---- */
@@ -460,7 +446,6 @@ static void fr_spin(uint64_t ns)
 
 	if (!c)
 		return;   /* not from a core (cannot happen: only handlers spin) */
-	c->spins++;
 	wake_thieves(F, c, c->clock);   /* what it posted before spinning can be taken */
 	c->clock += ns;
 	c->in_spin = true;
@@ -496,12 +481,9 @@ static void core_interrupt(struct fr *f, struct fr_core *c)
 	uint64_t t = c->irq_at, end = c->clock, rx0 = c->q->rx_frames;
 
 	c->irq_at = 0;
-	c->irqs++;
 	f->cur = c;
 	if (c->in_spin)
 		c->clock = t;
-	else
-		c->irqs_late++;
 	fp_rt_vworker_interrupt(c->w);
 	f->cur = NULL;
 	if (c->in_spin) {
@@ -536,7 +518,6 @@ static void core_main(void)
 			      f->cfg->costs.steal_ns * (double)(s->sched_stolen - stolen0) +
 			      f->cfg->costs.tx_ns * (double)(c->q->tx_bursts - tx0);
 
-		c->rounds++;
 		c->owed_ns = 0;
 		c->clock += cost < FR_ROUND_MIN_NS ? FR_ROUND_MIN_NS : (uint64_t)cost;
 		if (busy) {
@@ -544,7 +525,6 @@ static void core_main(void)
 		} else {
 			uint64_t next = fp_rt_vworker_next_us(c->w);
 
-			c->idle_rounds++;
 			c->parked = true;
 			c->wake_at = next == UINT64_MAX ? UINT64_MAX : next * FP_NS_PER_US;
 			if (c->wake_at <= c->clock)   /* due now and not fired: the next µs */
@@ -602,7 +582,7 @@ static unsigned vq_tx_burst(struct fp_devq *dq, struct fp_mbuf **frames, unsigne
 			if (!m || wire_push(&f->to_cli[k], t, m)) {
 				if (m)
 					fp_mbuf_free(&f->ccache, m);
-				f->cli_drops++;
+				f->nic_drops++;
 			}
 		}
 		fp_mbuf_free(&dq->cache, frames[i]);
@@ -703,7 +683,7 @@ static void to_workers(struct fr *f, struct fp_mbuf *src, uint64_t t)
 		if (!m || wire_push(&q->rx, at, m)) {
 			if (m)
 				fp_mbuf_free(&q->q.cache, m);
-			f->cli_drops++;
+			f->nic_drops++;
 			continue;
 		}
 		core_wake(f, &f->core[k], at);
@@ -1174,6 +1154,7 @@ int vs_full(struct vs_run *r, struct vs_result *res, char *err, size_t errlen)
 		res->fit_rounds = f->fit_n;
 		res->fit_stalls = f->fit_stalls;
 		res->wire_drops = f->wire_drops;
+		res->nic_drops = f->nic_drops;
 		res->wire_delayed = f->wire_delayed;
 		res->conns_closed = f->closed;
 		for (unsigned i = 0; i < f->n; i++) {

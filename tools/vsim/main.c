@@ -216,10 +216,11 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 			fprintf(o->f, " %8.1f", (double)r->gen_late_max_ns / us);
 		fputc('\n', o->f);
 		if (c->full)
-			fprintf(o->f, "# wire: %llu frames dropped, %llu held back; %llu "
-				"connections closed by the client and let go by the workers\n",
-				(unsigned long long)r->wire_drops,
+			fprintf(o->f, "# wire: %llu frames dropped, %llu held back; %llu dropped "
+				"for want of a buffer; %llu connections closed by the client and "
+				"let go by the workers\n", (unsigned long long)r->wire_drops,
 				(unsigned long long)r->wire_delayed,
+				(unsigned long long)r->nic_drops,
 				(unsigned long long)r->conns_closed);
 		if (r->n_clocks) {
 			fprintf(o->f, "# core-seconds polling:");
@@ -296,8 +297,9 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 	}
 	if (c->full)
 		fprintf(o->f, ", \"wire_drops\": %llu, \"wire_delayed\": %llu, "
-			"\"conns_closed\": %llu", (unsigned long long)r->wire_drops,
-			(unsigned long long)r->wire_delayed, (unsigned long long)r->conns_closed);
+			"\"nic_drops\": %llu, \"conns_closed\": %llu",
+			(unsigned long long)r->wire_drops, (unsigned long long)r->wire_delayed,
+			(unsigned long long)r->nic_drops, (unsigned long long)r->conns_closed);
 	if (c->real) {
 		fprintf(o->f, ", \"generator_late_max_us\": %.6g, \"generator_late_count\": %llu, "
 			"\"measured_costs\": {", (double)r->gen_late_max_ns / us,

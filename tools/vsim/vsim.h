@@ -257,6 +257,7 @@ struct vs_result {
 	/* --full: frames the wire dropped and held back; connections the client closed and
 	 * the workers let go */
 	uint64_t wire_drops, wire_delayed, conns_closed;
+	uint64_t nic_drops;               /* --full: frames a receiver had no buffer for */
 	double fit_r2;                    /* --full: measured costs' fit (R²) over fit_rounds */
 	uint64_t fit_rounds, fit_stalls;   /* rounds fitted; left out as stalls (> 50 us) */
 };

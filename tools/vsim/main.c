@@ -80,7 +80,7 @@ static const char usage[] =
 	"                         spin --native's handler on each core, a virtual NIC with\n"
 	"                         RSS, a client stack sending the requests over TCP (--flows\n"
 	"                         connections, default 1024); costs: poll_ns, rx_ns,\n"
-	"                         steal_ns, wire_ns; with --notify ipi (rt/ipi.c's\n"
+	"                         tx_ns, steal_ns, wire_ns; with --notify ipi (rt/ipi.c's\n"
 	"                         interrupts, delivered in virtual time) also kick_ns,\n"
 	"                         ipi_ns, ipi_handle_ns\n"
 	"  --ipi-after-us US      --full --notify ipi: a home is interrupted once inside a\n"

@@ -497,3 +497,62 @@ def test_full_calibrates_from_the_real_code(tmp_path):
     assert "least squares over" in f.read_text()
     q = run(*FULL, "-n", "2", "-l", "0.5", "--requests", "5000", "--costs", f)
     assert q.returncode == 0, q.stderr
+
+
+def stall_file(path, seconds, server=(), client=()):
+    lines = [f"# test: {seconds} s", f"seconds={seconds}"]
+    if server:
+        lines.append("server=" + ",".join(map(str, server)))
+    if client:
+        lines.append("client = " + ", ".join(map(str, client)))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_full_stalls_hold_up_what_they_hit(tmp_path):
+    """--stalls: a worker that the machine stalls serves nothing until the stall ends, and
+    a stalled client sends nothing and reads nothing; a request caught by a 2 ms stall
+    waits at least that long (latency counts from its scheduled send). Every stall is
+    2 ms here, so their time is exactly 2 ms each; nothing is lost, and the same seed
+    gives the same bytes."""
+    args = [*FULL, "-n", "1", "--sched", "part", "-l", "0.3", "--requests", "30000"]
+    p = run(*args)
+    assert p.returncode == 0, p.stderr
+    plain = json.loads(p.stdout)["points"][0]
+    assert plain["max_us"] < 1000 and "stalls_workers" not in plain
+    for role in ("server", "client"):
+        f = stall_file(tmp_path / f"{role}.txt", 0.1, **{role: [2000]})
+        a, b = run(*args, "--stalls", f), run(*args, "--stalls", f)
+        assert a.returncode == 0, a.stderr
+        assert a.stdout == b.stdout
+        pt = json.loads(a.stdout)["points"][0]
+        hit, other = ("workers", "client") if role == "server" else ("client", "workers")
+        assert pt[f"stalls_{hit}"] > 0 and pt[f"stalls_{other}"] == 0
+        assert pt[f"stalls_{hit}_ms"] == pytest.approx(2.0 * pt[f"stalls_{hit}"])
+        assert pt["max_us"] >= 2000, (role, pt["max_us"])
+        assert pt["p999_us"] > plain["p999_us"], role
+        assert pt["order_errors"] == 0 and pt["count"] == 28500 and pt["conns_closed"] == 64
+
+
+def test_full_stalls_file_refusals(tmp_path):
+    """A stall file that cannot be read as one stops the run with path:line: what, and
+    --stalls belongs to --full."""
+    good = stall_file(tmp_path / "good.txt", 1, server=[100], client=[60])
+    p = run("-n", "1", "-l", "0.3", "--requests", "1000", "--stalls", good)
+    assert p.returncode != 0 and "--full" in p.stderr
+    for name, text, what in [
+            ("nosecs", "server=100\n", "no seconds="),
+            ("zero", "seconds=1\nserver=100,0\n", "is not a gap"),
+            ("huge", "seconds=1\nclient=2000000\n", "is not a gap"),
+            ("word", "seconds=1\nserver=abc\n", "is not a gap"),
+            ("empty", "seconds=1\nserver=100,,200\n", "is not a gap"),
+            ("key", "seconds=1\nworker=100\n", "no key 'worker'"),
+            ("secs", "seconds=-2\n", "seconds:"),
+            ("noeq", "seconds=1\nserver\n", "is not KEY=VALUE")]:
+        f = tmp_path / f"{name}.txt"
+        f.write_text(text)
+        p = run(*FULL, "-n", "1", "-l", "0.3", "--requests", "1000", "--stalls", f)
+        assert p.returncode != 0, name
+        assert f"{f}:" in p.stderr and what in p.stderr, (name, p.stderr)
+    p = run(*FULL, "-n", "1", "-l", "0.3", "--requests", "1000", "--stalls", tmp_path / "none")
+    assert p.returncode != 0 and "cannot open" in p.stderr

@@ -80,3 +80,148 @@ int vs_costs_parse(struct vs_costs *k, const char *text, size_t len, char *err, 
 	}
 	return 0;
 }
+
+/* ---- a machine's stalls (--stalls FILE) ---- */
+
+#define STALL_MAX_US   1e6     /* one gap: at most a second */
+#define STALL_MAX_GAPS 1000000u /* per role */
+
+void vs_stalls_free(struct vs_stalls *s)
+{
+	free(s->gap_us[0]);
+	free(s->gap_us[1]);
+	memset(s, 0, sizeof(*s));
+}
+
+/* "a,b,c" (µs) appended to role @r's list. */
+static int stalls_list(struct vs_stalls *s, unsigned r, const char *v, size_t len, char *what,
+		       size_t wlen)
+{
+	size_t p = 0;
+
+	while (p < len) {
+		const char *c = memchr(v + p, ',', len - p);
+		size_t n = c ? (size_t)(c - (v + p)) : len - p;
+		char num[40], *end;
+		double x;
+
+		while (n && (v[p] == ' ' || v[p] == '\t')) {
+			p++;
+			n--;
+		}
+		while (n && (v[p + n - 1] == ' ' || v[p + n - 1] == '\t'))
+			n--;
+		if (!n || n >= sizeof(num))
+			goto bad;
+		memcpy(num, v + p, n);
+		num[n] = '\0';
+		x = strtod(num, &end);
+		if (end == num || *end || !isfinite(x) || x <= 0 || x > STALL_MAX_US)
+			goto bad;
+		if (s->n[r] == STALL_MAX_GAPS) {
+			snprintf(what, wlen, "more than %u gaps for one role", STALL_MAX_GAPS);
+			return -EINVAL;
+		}
+		if (s->n[r] == s->cap[r]) {
+			size_t cap = s->cap[r] ? 2 * s->cap[r] : 64;
+			double *a = realloc(s->gap_us[r], cap * sizeof(*a));
+
+			if (!a) {
+				snprintf(what, wlen, "out of memory");
+				return -ENOMEM;
+			}
+			s->gap_us[r] = a;
+			s->cap[r] = cap;
+		}
+		s->gap_us[r][s->n[r]++] = x;
+		p += (c ? (size_t)(c - (v + p)) : len - p) + 1;
+		continue;
+bad:
+		snprintf(what, wlen, "'%.*s' is not a gap in us in (0, 1e6]", (int)(n > 30 ? 30 : n),
+			 v + p);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int vs_stalls_parse(struct vs_stalls *s, const char *text, size_t len, char *err, size_t errlen)
+{
+	size_t pos = 0;
+	unsigned ln = 0;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	while (pos < len) {
+		const char *line = text + pos, *nl = memchr(line, '\n', len - pos);
+		size_t n = nl ? (size_t)(nl - line) : len - pos, a = 0, b, k;
+		char what[200];
+		const char *eq;
+
+		pos += n + (nl != NULL);
+		ln++;
+		for (b = 0; b < n && line[b] != '#' && line[b] != '\r'; b++)
+			;
+		while (a < b && (line[a] == ' ' || line[a] == '\t'))
+			a++;
+		while (b > a && (line[b - 1] == ' ' || line[b - 1] == '\t'))
+			b--;
+		if (a == b)
+			continue;
+		if (memchr(line + a, '\0', b - a)) {
+			snprintf(what, sizeof(what), "a NUL byte");
+			rc = -EINVAL;
+			goto fail;
+		}
+		if (!(eq = memchr(line + a, '=', b - a))) {
+			snprintf(what, sizeof(what), "'%.*s' is not KEY=VALUE",
+				 (int)(b - a > 40 ? 40 : b - a), line + a);
+			rc = -EINVAL;
+			goto fail;
+		}
+		for (k = (size_t)(eq - line); k > a && (line[k - 1] == ' ' || line[k - 1] == '\t'); k--)
+			;
+		size_t klen = k - a, v = (size_t)(eq - line) + 1;
+
+		if (klen == 7 && !memcmp(line + a, "seconds", 7)) {
+			char num[40], *end;
+			double x;
+
+			while (v < b && (line[v] == ' ' || line[v] == '\t'))
+				v++;
+			if (b - v == 0 || b - v >= sizeof(num))
+				goto bad_secs;
+			memcpy(num, line + v, b - v);
+			num[b - v] = '\0';
+			x = strtod(num, &end);
+			if (end == num || *end || !isfinite(x) || x <= 0 || x > 1e6)
+				goto bad_secs;
+			s->seconds = x;
+			continue;
+bad_secs:
+			snprintf(what, sizeof(what), "seconds: '%.*s' is not in (0, 1e6]",
+				 (int)(b - v > 30 ? 30 : b - v), line + v);
+			rc = -EINVAL;
+			goto fail;
+		}
+		if ((klen == 6 && !memcmp(line + a, "server", 6)) ||
+		    (klen == 6 && !memcmp(line + a, "client", 6))) {
+			if ((rc = stalls_list(s, line[a] == 'c', line + v, b - v, what, sizeof(what))))
+				goto fail;
+			continue;
+		}
+		snprintf(what, sizeof(what), "no key '%.*s' (seconds, server, client)",
+			 (int)(klen > 40 ? 40 : klen), line + a);
+		rc = -EINVAL;
+fail:
+		snprintf(err, errlen, "line %u: %s", ln, what);
+		vs_stalls_free(s);
+		return rc;
+	}
+	if (!s->seconds) {
+		snprintf(err, errlen, "line %u: no seconds= (the span the gaps were seen over)",
+			 ln ? ln : 1);
+		vs_stalls_free(s);
+		return -EINVAL;
+	}
+	return 0;
+}

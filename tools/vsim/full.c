@@ -100,6 +100,19 @@ struct fr_q {
 	uint64_t rx_frames, tx_frames, tx_bursts;
 };
 
+/* One core's stalls (--stalls): a Poisson process of the rate its role's gaps were seen at,
+ * each as long as one of them drawn at random; made as the core's clock reaches it. */
+struct fr_stall {
+	const double *gap_us;
+	size_t n;
+	double mean_ns;               /* between one stall's end and the next one's start */
+	uint64_t rng;
+	uint64_t start, end;          /* the current or next stall (UINT64_MAX: none, ever) */
+	uint64_t prev_start, prev_end;   /* the one before (a late interrupt may fall in it) */
+	uint64_t count;               /* made so far */
+	double ns;                    /* their length, all told */
+};
+
 struct fr_core {
 	struct fr *f;
 	unsigned id;
@@ -113,6 +126,7 @@ struct fr_core {
 	uint64_t seg;                 /* TSC when its code last started running */
 	uint64_t cpu;                 /* TSC cycles its code ran in this round (spins left out) */
 	uint64_t wake_at;             /* parked: when it looks again (UINT64_MAX: on an event) */
+	struct fr_stall stall;
 	ucontext_t uc;
 	void *stack;
 	void *fake;                   /* ASan's fake stack while switched out */
@@ -150,6 +164,7 @@ struct fr {
 	struct fp_rt_virtual *v;
 	/* the client */
 	uint64_t now;                 /* the client's clock (ns) */
+	struct fr_stall cstall;       /* the client's core's stalls */
 	struct fp_pool *cpool;
 	struct fp_pool_cache ccache;
 	struct fp_stack **cst;        /* [n] */
@@ -166,6 +181,7 @@ struct fr {
 	double xtx[FIT_K][FIT_K], xty[FIT_K], yy;
 	uint64_t fit_n, fit_stalls;
 	uint32_t closed;              /* connections closed and let go */
+	double busy_ns;               /* the costs of rounds that did work (spins left out) */
 	char err[256];
 };
 
@@ -389,6 +405,82 @@ static uint64_t wire_arrival(struct fr *f, uint64_t t)
 	return t;
 }
 
+/* ---- the machine's stalls (--stalls) ---- */
+
+static uint64_t stall_rand(struct fr_stall *s)
+{
+	uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void stall_init(struct fr_stall *s, const struct vs_stalls *st, unsigned role,
+		       uint64_t seed)
+{
+	memset(s, 0, sizeof(*s));
+	s->start = s->end = UINT64_MAX;
+	if (!st || !st->n[role])
+		return;
+	s->gap_us = st->gap_us[role];
+	s->n = st->n[role];
+	s->mean_ns = st->seconds * 1e9 / (double)s->n;
+	s->rng = seed;
+	s->start = s->end = 0;
+}
+
+/* The next stall, after the current one. */
+static void stall_next(struct fr_stall *s)
+{
+	double u = (double)(stall_rand(s) >> 11) / 9007199254740992.0;
+	double gap = s->gap_us[stall_rand(s) % s->n] * 1e3;
+
+	s->prev_start = s->start;
+	s->prev_end = s->end;
+	s->start = s->end + (uint64_t)(-log1p(-u) * s->mean_ns);
+	s->end = s->start + (uint64_t)gap;
+	s->count++;
+	s->ns += gap;
+}
+
+/* When something due at @t can happen: @t, or the end of the stall @t falls in. */
+static uint64_t stall_shift(struct fr_stall *s, uint64_t t)
+{
+	while (s->end <= t)
+		stall_next(s);
+	if (t >= s->start)
+		return s->end;
+	if (t >= s->prev_start && t < s->prev_end)
+		return s->prev_end;
+	return t;
+}
+
+/* When @ns of work that starts at @t ends: the stalls on the way add to it. */
+static uint64_t stall_work(struct fr_stall *s, uint64_t t, uint64_t ns)
+{
+	if (s->n == 0)
+		return t + ns;
+	t = stall_shift(s, t);
+	for (;;) {
+		while (s->end <= t)
+			stall_next(s);
+		if (s->start >= t + ns)
+			return t + ns;
+		ns -= s->start - t;
+		t = s->end;
+	}
+}
+
+/* Stalls made before @end, and their time (ms): the last made may lie beyond it. */
+static void stall_sum(const struct fr_stall *s, uint64_t end, uint64_t *count, double *ms)
+{
+	bool beyond = s->count && s->start > end;
+
+	*count += s->count - beyond;
+	*ms += (s->ns - (beyond ? (double)(s->end - s->start) : 0)) / 1e6;
+}
+
 /* The running core gives the scheduler its turn; back here when the scheduler resumes it. */
 static void core_yield(struct fr_core *c)
 {
@@ -447,7 +539,7 @@ static void fr_spin(uint64_t ns)
 	if (!c)
 		return;   /* not from a core (cannot happen: only handlers spin) */
 	wake_thieves(F, c, c->clock);   /* what it posted before spinning can be taken */
-	c->clock += ns;
+	c->clock = stall_shift(&c->stall, c->clock + ns);   /* it spins on the TSC */
 	c->in_spin = true;
 	c->cpu += fp_rdtsc() - c->seg;
 	core_yield(c);
@@ -519,8 +611,10 @@ static void core_main(void)
 			      f->cfg->costs.tx_ns * (double)(c->q->tx_bursts - tx0);
 
 		c->owed_ns = 0;
-		c->clock += cost < FR_ROUND_MIN_NS ? FR_ROUND_MIN_NS : (uint64_t)cost;
+		c->clock = stall_work(&c->stall, c->clock,
+				      cost < FR_ROUND_MIN_NS ? FR_ROUND_MIN_NS : (uint64_t)cost);
 		if (busy) {
+			f->busy_ns += cost;
 			wake_thieves(f, c, c->clock);
 		} else {
 			uint64_t next = fp_rt_vworker_next_us(c->w);
@@ -902,6 +996,7 @@ static int client_setup(struct fr *f)
 	struct fp_pool_params pp = { .name = "client", .n_bufs = FR_BUFS * f->n + FR_BUFS,
 				     .buf_size = FR_BUF_SIZE };
 
+	stall_init(&f->cstall, f->cfg->stalls, 1, f->rtc.seed * 0x2545f4914f6cdd1dull + 0x51ab);
 	if (!(f->cpool = fp_pool_create(&pp)) || fp_pool_cache_init(&f->ccache, f->cpool))
 		return -ENOMEM;
 	f->cst = calloc(f->n, sizeof(*f->cst));
@@ -977,6 +1072,7 @@ static int machine_setup(struct fr *f)
 		c->f = f;
 		c->id = i;
 		c->wake_at = UINT64_MAX;
+		stall_init(&c->stall, cfg->stalls, 0, f->rtc.seed * 0x2545f4914f6cdd1dull + i);
 		if (!(c->q = vq_open(f, i)))
 			return -ENOMEM;
 		f->cur = c;   /* init's calls run "on" the core, at its clock */
@@ -1054,10 +1150,16 @@ static int fr_step(struct fr *f, uint64_t limit, const char *waiting)
 	uint64_t tc = client_next(f), tb = UINT64_MAX, ti = UINT64_MAX;
 	struct fr_core *best = NULL, *irq = NULL;
 
+	if (tc != UINT64_MAX)
+		tc = stall_shift(&f->cstall, tc);   /* a stalled client does nothing till its end */
 	for (unsigned i = 0; i < f->n; i++) {
 		struct fr_core *c = &f->core[i];
 		uint64_t t = c->parked ? c->wake_at : c->clock;
 
+		if (t != UINT64_MAX)   /* a stalled core runs when its stall ends */
+			t = stall_shift(&c->stall, t);
+		if (c->irq_at)
+			c->irq_at = stall_shift(&c->stall, c->irq_at);
 		if (t < tb) {
 			tb = t;
 			best = c;
@@ -1086,10 +1188,10 @@ static int fr_step(struct fr *f, uint64_t limit, const char *waiting)
 		return client_step(f, tc);
 	if (best->parked) {
 		best->parked = false;
-		if (best->wake_at > best->clock)
-			best->clock = best->wake_at;
 		best->wake_at = UINT64_MAX;
 	}
+	if (tb > best->clock)
+		best->clock = tb;
 	core_resume(f, best);
 	return 0;
 }
@@ -1157,6 +1259,11 @@ int vs_full(struct vs_run *r, struct vs_result *res, char *err, size_t errlen)
 		res->nic_drops = f->nic_drops;
 		res->wire_delayed = f->wire_delayed;
 		res->conns_closed = f->closed;
+		res->busy_ns_per_req = f->replied ? f->busy_ns / (double)f->replied : 0;
+		for (unsigned i = 0; i < f->n; i++)
+			stall_sum(&f->core[i].stall, f->end, &res->stalls_server,
+				  &res->stalls_server_ms);
+		stall_sum(&f->cstall, f->end, &res->stalls_client, &res->stalls_client_ms);
 		for (unsigned i = 0; i < f->n; i++) {
 			const struct fp_rt_worker_stats *s = fp_rt_vworker_stats(f->core[i].w);
 

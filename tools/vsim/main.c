@@ -88,6 +88,10 @@ static const char usage[] =
 	"  --steal-force          --full: every batch runs on a thief, none at home\n"
 	"  --loss P, --reorder P  --full: each frame's chance of being dropped, or held back\n"
 	"                         1-50 us (later ones pass it), on the virtual wire\n"
+	"  --stalls FILE          --full: the machine's stalls, as bench/vcpu_gaps.py --out\n"
+	"                         writes them (seconds=S, server=GAP,.. and client=GAP,..\n"
+	"                         in us): each worker and the client stall at the rate\n"
+	"                         their role's gaps came, each as long as one of them\n"
 	"  --real                 real threads: workers on --cores, then the generator\n"
 	"  --cores LIST           real: n+1 cores, e.g. 0-15 (default: 0..n)\n"
 	"  --calibrate FILE       real: write the measured mean cost of each step as a\n"
@@ -138,6 +142,28 @@ static void read_costs(struct vs_costs *k, const char *path)
 	} while (n && len < (16u << 20));
 	fclose(f);
 	if (vs_costs_parse(k, text, len, err, sizeof(err)))
+		die("%s:%s", path, err + 5);   /* "line N: ..." as path:N: ... */
+	free(text);
+}
+
+static struct vs_stalls stalls;   /* --stalls */
+
+static void read_stalls(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *text = NULL, err[300];
+	size_t cap = 0, len = 0, n;
+
+	if (!f)
+		die("--stalls: cannot open %s: %s", path, strerror(errno));
+	do {
+		if (len + 4096 > cap && !(text = realloc(text, cap = 2 * cap + 4096)))
+			die("--stalls: out of memory reading %s", path);
+		n = fread(text + len, 1, cap - len, f);
+		len += n;
+	} while (n && len < (64u << 20));
+	fclose(f);
+	if (vs_stalls_parse(&stalls, text, len, err, sizeof(err)))
 		die("%s:%s", path, err + 5);   /* "line N: ..." as path:N: ... */
 	free(text);
 }
@@ -222,6 +248,14 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 				(unsigned long long)r->wire_delayed,
 				(unsigned long long)r->nic_drops,
 				(unsigned long long)r->conns_closed);
+		if (c->full)
+			fprintf(o->f, "# the workers' rounds that did work: %.3f us per request "
+				"beyond its service time\n", r->busy_ns_per_req / us);
+		if (c->stalls)
+			fprintf(o->f, "# stalls: the workers %llu (%.3f ms), the client %llu (%.3f "
+				"ms) of %.3f s\n", (unsigned long long)r->stalls_server,
+				r->stalls_server_ms, (unsigned long long)r->stalls_client,
+				r->stalls_client_ms, (double)r->duration_ns / 1e9);
 		if (r->n_clocks) {
 			fprintf(o->f, "# core-seconds polling:");
 			for (unsigned i = 0; i < r->n_clocks; i++)
@@ -297,9 +331,15 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 	}
 	if (c->full)
 		fprintf(o->f, ", \"wire_drops\": %llu, \"wire_delayed\": %llu, "
-			"\"nic_drops\": %llu, \"conns_closed\": %llu",
+			"\"nic_drops\": %llu, \"conns_closed\": %llu, \"busy_us_per_req\": %.6g",
 			(unsigned long long)r->wire_drops, (unsigned long long)r->wire_delayed,
-			(unsigned long long)r->nic_drops, (unsigned long long)r->conns_closed);
+			(unsigned long long)r->nic_drops, (unsigned long long)r->conns_closed,
+			r->busy_ns_per_req / us);
+	if (c->stalls)
+		fprintf(o->f, ", \"stalls_workers\": %llu, \"stalls_workers_ms\": %.6g, "
+			"\"stalls_client\": %llu, \"stalls_client_ms\": %.6g",
+			(unsigned long long)r->stalls_server, r->stalls_server_ms,
+			(unsigned long long)r->stalls_client, r->stalls_client_ms);
 	if (c->real) {
 		fprintf(o->f, ", \"generator_late_max_us\": %.6g, \"generator_late_count\": %llu, "
 			"\"measured_costs\": {", (double)r->gen_late_max_ns / us,
@@ -496,7 +536,7 @@ enum { O_SCHED = 256, O_VICTIM, O_NOTIFY, O_MEAN, O_SWEEP, O_MAXLOAD, O_SLO, O_R
        O_FLOWS, O_BATCH, O_SEED, O_COST, O_COSTS, O_LIST, O_REAL, O_CORES, O_CALIB, O_FORMAT,
        O_QUIET, O_ALLOC, O_HOMES, O_ALLOC_US, O_SPIN_US, O_SHIFT, O_WINDOWS, O_GHZ, O_NOMINAL,
        O_SLO_US, O_PATTERN, O_PATTERN_S, O_CTL, O_POLICY, O_FULL, O_STEAL_FORCE, O_LOSS,
-       O_REORDER, O_IPI_AFTER };
+       O_REORDER, O_IPI_AFTER, O_STALLS };
 
 static const struct option opts[] = {
 	{"workers", required_argument, 0, 'n'}, {"sched", required_argument, 0, O_SCHED},
@@ -511,6 +551,7 @@ static const struct option opts[] = {
 	{"real", no_argument, 0, O_REAL}, {"cores", required_argument, 0, O_CORES},
 	{"full", no_argument, 0, O_FULL}, {"steal-force", no_argument, 0, O_STEAL_FORCE},
 	{"loss", required_argument, 0, O_LOSS}, {"reorder", required_argument, 0, O_REORDER},
+	{"stalls", required_argument, 0, O_STALLS},
 	{"ipi-after-us", required_argument, 0, O_IPI_AFTER},
 	{"calibrate", required_argument, 0, O_CALIB}, {"format", required_argument, 0, O_FORMAT},
 	{"quiet", no_argument, 0, O_QUIET}, {"alloc", no_argument, 0, O_ALLOC},
@@ -598,6 +639,11 @@ int main(int argc, char **argv)
 		case O_IPI_AFTER: c.ipi_after_us = num("ipi-after-us", optarg, 0, 1e6); break;
 		case O_LOSS: c.loss = num("loss", optarg, 0, 0.5); break;
 		case O_REORDER: c.reorder = num("reorder", optarg, 0, 0.5); break;
+		case O_STALLS:
+			vs_stalls_free(&stalls);
+			read_stalls(optarg);
+			c.stalls = &stalls;
+			break;
 		case O_CORES: parse_cores(&c, optarg); break;
 		case O_CALIB: calib = optarg; break;
 		case O_FORMAT:
@@ -646,8 +692,9 @@ int main(int argc, char **argv)
 		die("--full --notify ipi: the workers' interrupts are --sched steal's");
 	if (c.full && c.victim != FP_SHUF_VICTIM_RANDOM)
 		die("--full: the workers' shuffle layer picks its victims at random (ZygOS's)");
-	if (!c.full && (c.steal_force || c.loss > 0 || c.reorder > 0))
-		die("--steal-force, --loss and --reorder are --full's (the real stack's wire)");
+	if (!c.full && (c.steal_force || c.loss > 0 || c.reorder > 0 || c.stalls))
+		die("--steal-force, --loss, --reorder and --stalls are --full's (the real stack's "
+		    "wire and cores)");
 	if (c.steal_force && (c.sched != VS_SCHED_STEAL || c.n < 2))
 		die("--steal-force: every batch on a thief needs --sched steal and 2 workers or "
 		    "more");

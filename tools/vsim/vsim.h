@@ -88,6 +88,7 @@ struct vs_config {
 	double ipi_after_us;         /* --full --notify ipi: the runtime's --ipi-after-us */
 	double loss, reorder;        /* --full: each frame's chance of being dropped, and of
 				      * being held back (others pass it) on the virtual wire */
+	const struct vs_stalls *stalls; /* --full --stalls: the machine's stalls (NULL: none) */
 	int cores[VS_MAX_CORES + 1]; /* real: worker cores, then the generator's */
 	unsigned n_cores_listed;
 	double slo_mult;             /* --max-load: p99 <= slo_mult x S */
@@ -258,6 +259,12 @@ struct vs_result {
 	 * the workers let go */
 	uint64_t wire_drops, wire_delayed, conns_closed;
 	uint64_t nic_drops;               /* --full: frames a receiver had no buffer for */
+	double busy_ns_per_req;           /* --full: the costs of the workers' rounds that did
+					   * work, per request (its service time left out) */
+	/* --full --stalls: stalls that hit the workers (all told) and the client, and the
+	 * virtual time they took */
+	uint64_t stalls_server, stalls_client;
+	double stalls_server_ms, stalls_client_ms;
 	double fit_r2;                    /* --full: measured costs' fit (R²) over fit_rounds */
 	uint64_t fit_rounds, fit_stalls;   /* rounds fitted; left out as stalls (> 50 us) */
 };
@@ -267,6 +274,22 @@ struct vs_result {
 int vs_costs_parse(struct vs_costs *k, const char *text, size_t len, char *err, size_t errlen);
 /* One NAME=NS; 0 or -EINVAL with what in @err. */
 int vs_cost_set(struct vs_costs *k, const char *spec, size_t len, char *err, size_t errlen);
+
+/* A machine's stalls (--stalls FILE, --full): the gaps a loop without system calls saw on
+ * the server's core (role 0) and the client's (role 1) over @seconds; each virtual core
+ * (every worker, and the client) is stalled by its own Poisson process of that rate, each
+ * stall as long as one of its role's gaps drawn at random. */
+struct vs_stalls {
+	double seconds;
+	double *gap_us[2];
+	size_t n[2], cap[2];
+};
+
+/* costs.c: "seconds=S", "server=G,G,..." and "client=G,..." lines (gaps in µs, '#'
+ * comments; lists may repeat and add up) into @s. 0, or -EINVAL/-ENOMEM with "line N:
+ * what" in @err and @s empty. */
+int vs_stalls_parse(struct vs_stalls *s, const char *text, size_t len, char *err, size_t errlen);
+void vs_stalls_free(struct vs_stalls *s);
 
 /* model.c */
 unsigned vs_home_of(const struct vs_run *r, uint32_t flow);

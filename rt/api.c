@@ -149,7 +149,75 @@ unsigned rt_ctx_round(struct fp_ctx *ctx)
 {
 	if (ctx->run->sh)
 		return rt_steal_round(ctx);
-	return ctx->run->app_steal ? rt_app_steal_round(ctx) : rt_ctx_round_plain(ctx);
+	if (ctx->run->app_steal)
+		return rt_app_steal_round(ctx);
+	if (ctx->run->cfg->flush_us && ctx->tops->flush && ctx->n_conds > 1)
+		return rt_ctx_round_chunked(ctx);
+	return rt_ctx_round_plain(ctx);
+}
+
+/* The last condition of the flow that condition @i knocks for (KNOCK: a new connection);
+ * @i itself when it is not a KNOCK or nothing follows for that flow. */
+static unsigned knock_end(const struct fp_ctx *ctx, unsigned i, unsigned n)
+{
+	unsigned last = i;
+
+	if (ctx->conds[i].type != FP_COND_KNOCK)
+		return i;
+	for (unsigned j = i + 1; j < n; j++)
+		if (ctx->conds[j].flow == ctx->conds[i].flow)
+			last = j;
+	return last;
+}
+
+/*
+ * --flush-us: a partitioned round whose handler would otherwise hold every reply of its
+ * batch until the last request of it is done (IX's batching: with 10 µs requests and 64
+ * frames a round, the first reply waits for 63 others). The handler gets the conditions
+ * in chunks, each as many as ran in --flush-us so far (the first one alone); after each,
+ * its calls are executed, and what they sent leaves once handlers have run --flush-us since
+ * the last send. A new connection's conditions stay in the chunk of its KNOCK. Returns and
+ * conditions keep their order; a call's return reaches the handler's next call, as between
+ * rounds; conditions queued while executing the calls wait for the next round.
+ */
+unsigned rt_ctx_round_chunked(struct fp_ctx *ctx)
+{
+	const struct fp_app *app = ctx->run->app;
+	const unsigned n = ctx->n_conds;
+	uint64_t gap = fp_ns_to_cycles((uint64_t)ctx->run->cfg->flush_us * 1000);
+	uint64_t start = rt_cycles(), sent = start, t = start;
+	unsigned done = 0, i = 0;
+
+	while (i < n) {
+		uint64_t ran = t - start;
+		unsigned k = i && ran ? (unsigned)(gap * i / ran) : 1, j = i, end;
+
+		if (!k)
+			k = 1;
+		end = i + k < n ? i + k : n;
+		for (; j < end; j++) {   /* a KNOCK's flow stays in its chunk */
+			unsigned last = knock_end(ctx, j, n);
+
+			if (last >= end)
+				end = last + 1;
+		}
+		app->handle(ctx, ctx->conds + i, end - i, ctx->rets, ctx->n_rets);
+		ctx->stats->conds += end - i;
+		ctx->stats->flush_chunks += i > 0;
+		ctx->n_rets = 0;
+		done += rt_ctx_flush(ctx);
+		i = end;
+		t = rt_cycles();
+		if (i < n && t - sent >= gap) {
+			ctx->tops->flush(ctx);
+			ctx->stats->flush_sends++;
+			sent = t;
+		}
+	}
+	/* what executing the calls queued goes up next round */
+	memmove(ctx->conds, ctx->conds + n, (size_t)(ctx->n_conds - n) * sizeof(*ctx->conds));
+	ctx->n_conds -= n;
+	return done;
 }
 
 unsigned rt_ctx_round_plain(struct fp_ctx *ctx)

@@ -183,6 +183,7 @@ void rt_ipi_deliver(struct fp_ctx *ctx);
 /* The round without the scheduler (api.c): handler on the conditions and returns, then
  * the calls. */
 unsigned rt_ctx_round_plain(struct fp_ctx *ctx);
+unsigned rt_ctx_round_chunked(struct fp_ctx *ctx);   /* --flush-us */
 
 /* steer.c: IX's flow groups where the device cannot steer. rt_steer_classify() returns
  * a frame's group (0..FP_RSS_GROUPS-1) by the symmetric Toeplitz hash of its 4-tuple,

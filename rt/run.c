@@ -86,6 +86,10 @@ const char fp_rt_options_help[] =
 	"                        and dpdk)\n"
 	"  --ipi-after-us US     ipi: interrupt a handler only once it has run this long\n"
 	"                        (default 10)\n"
+	"  --flush-us US         part (xdp, pair, dpdk): the handler gets a round's requests\n"
+	"                        in chunks, and what it sent leaves once it has run this\n"
+	"                        long since the last send, not at the round's end (0, the\n"
+	"                        default: IX's batching; each send is a tx burst)\n"
 	"  --burst K             steal, xdp: the last K workers are burstable: they own no\n"
 	"                        flow group, steal the others' work, and run only while the\n"
 	"                        core allocator (fp-ctl alloc) grants them their core; an\n"
@@ -125,7 +129,7 @@ const char fp_rt_options_help[] =
 const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "nic-steer", "batch", "idle",
-	"sched", "notify", "ipi-after-us", "burst", "burst-idle-us", "park-prio", "park-queue", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
+	"sched", "notify", "ipi-after-us", "flush-us", "burst", "burst-idle-us", "park-prio", "park-queue", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
 	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
 };
 
@@ -361,6 +365,7 @@ static int opt_number(struct fp_rt_config *cfg, const char *opt, const char *val
 	NUM("spin-us", 0, 10000000, false, cfg->spin_us = (uint32_t)v)
 	NUM("nap-us", 0, 1000000, false, cfg->nap_us = (uint32_t)v)
 	NUM("ipi-after-us", 0, 1000000, false, cfg->ipi_after_us = (uint32_t)v)
+	NUM("flush-us", 0, 1000000, false, cfg->flush_us = (uint32_t)v)
 	NUM("burst", 1, FP_RT_MAX_WORKERS - 1, false, cfg->n_burst = (unsigned)v)
 	NUM("burst-idle-us", 0, 1000000, false, cfg->burst_idle_us = (uint32_t)v)
 	NUM("park-prio", 1, 99, false, cfg->park_prio = (unsigned)v)
@@ -800,8 +805,16 @@ static int step_sched(struct rt_start *s)
 		if (s->cfg.notify == FP_NOTIFY_IPI)
 			return snprintf(s->err, sizeof(s->err), "--notify ipi: interrupts wake a "
 					"home for thieves: it needs --sched steal"), -EINVAL;
+		if (s->cfg.flush_us && s->cfg.transport == FP_TRANSPORT_KERNEL)
+			return snprintf(s->err, sizeof(s->err), "--flush-us: the kernel transport "
+					"sends at the round's end only; use --net xdp, pair or dpdk, "
+					"or leave --flush-us out"), -EINVAL;
 		return 0;
 	}
+	if (s->cfg.flush_us)
+		return snprintf(s->err, sizeof(s->err), "--flush-us is the partitioned round's: "
+				"--sched steal sends mid-round on its own (after 10 us of "
+				"handlers); leave --flush-us out"), -EINVAL;
 	if (!s->run.app->steal_safe && !s->run.app->steal)
 		return snprintf(s->err, sizeof(s->err), "--sched steal: %s's handler cannot run "
 				"on another worker's flows (it is not steal-safe); use --sched part",

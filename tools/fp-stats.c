@@ -476,6 +476,10 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 		       (unsigned long long)w->ipi_calls, (unsigned long long)w->ipi_held,
 		       (unsigned long long)w->ipi_deferred, (unsigned long long)w->ipi_wait_ns,
 		       (unsigned long long)w->ipi_work_ns);
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, flush_sends) +
+				 sizeof(w->flush_sends))
+		printf(",\"flush_chunks\":%llu,\"flush_sends\":%llu",
+		       (unsigned long long)w->flush_chunks, (unsigned long long)w->flush_sends);
 	putchar('}');
 }
 

@@ -106,6 +106,10 @@ struct fp_rt_config {
 	enum fp_notify notify;           /* steal: poll (default) or ipi */
 	uint32_t ipi_after_us;           /* ipi: a home is interrupted once its handler has
 					  * run this long (default 10) */
+	uint32_t flush_us;               /* partitioned: what the handler sent leaves before
+					  * its next condition once it has run this long since
+					  * the last send (0, the default: at the round's end,
+					  * IX's batching) */
 	uint32_t spin_us;                /* FP_IDLE_SLEEP: spin this long before sleeping */
 	uint32_t nap_us;                 /* a device that cannot wake a sleeper (dpdk: no
 					  * receive interrupt): sleep in naps of at most this

@@ -218,6 +218,10 @@ struct fp_rt_worker_stats {
 	 * handlers' work */
 	uint64_t ipi_sent, ipi_handled, ipi_late, ipi_frames, ipi_calls, ipi_held, ipi_deferred;
 	uint64_t ipi_wait_ns, ipi_work_ns;
+
+	/* --flush-us (rt/api.c, a partitioned round in chunks): the handler's calls after the
+	 * first one of a round; what the handler sent, sent before the round's end */
+	uint64_t flush_chunks, flush_sends;
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

@@ -99,6 +99,8 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 		F(notify);
 	else if (!strcmp(opt, "ipi-after-us"))
 		F(ipi_after_us);
+	else if (!strcmp(opt, "flush-us"))
+		F(flush_us);
 	else if (!strcmp(opt, "batch"))
 		F(batch);
 	else if (!strcmp(opt, "idle"))
@@ -178,6 +180,7 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 	CHECK(c->sched == FP_SCHED_PART || c->sched == FP_SCHED_STEAL);
 	CHECK(c->notify == FP_NOTIFY_POLL || c->notify == FP_NOTIFY_IPI);
 	CHECK(c->ipi_after_us <= 1000000);
+	CHECK(c->flush_us <= 1000000);
 	CHECK(c->steer == FP_STEER_GROUPS || c->steer == FP_STEER_QUEUE);
 	CHECK(c->n_steer_weights <= FP_RT_MAX_WORKERS);
 	unsigned wsum = 0;

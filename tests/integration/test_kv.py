@@ -895,10 +895,7 @@ ADD_ROUNDS = 40
 
 
 def worker_rx(build_dir, stats_name):
-    r = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", stats_name, "--totals"],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, f"fp-stats: {r.stderr}"
-    return [w["rx_bytes"] for w in json.loads(r.stdout.strip().splitlines()[-1])["workers"]]
+    return [w["rx_bytes"] for w in worker_totals(build_dir, stats_name)]
 
 
 def wait_workers_listening(srv, build_dir, stats_name, timeout=10):
@@ -943,7 +940,15 @@ def test_concurrency_linearisable(fpkv, build_dir):
         pathlib.Path(f"/dev/shm/flowplane-{stats_name}").unlink(missing_ok=True)
 
 
+def worker_totals(build_dir, stats_name):
+    r = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", stats_name, "--totals"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, f"fp-stats: {r.stderr}"
+    return json.loads(r.stdout.strip().splitlines()[-1])["workers"]
+
+
 def run_concurrency(cmd, build_dir, stats_name):
+    """The workload and its checks; the workers' counters at the end."""
     with Started(cmd, ["-m", "64", "-t", "2", "--cores", "0,1"]) as srv:
         wait_workers_listening(srv, build_dir, stats_name)
         rx0 = worker_rx(build_dir, stats_name)
@@ -1051,6 +1056,7 @@ def run_concurrency(cmd, build_dir, stats_name):
             assert len(add_won.get(r_, [])) == 1, f"add race {r_}: winners {add_won.get(r_)}"
             assert setup.get(b"race%d" % r_) == b"w%d" % add_won[r_][0]
         setup.close()
+        return worker_totals(build_dir, stats_name)
 
 
 # ---- stats reset, side by side with memcached --------------------------------------------

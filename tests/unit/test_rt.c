@@ -576,6 +576,34 @@ static void test_tcp_echo_reordered(void **state)
 	munmap((void *)T.seg, T.seg_size);
 }
 
+static void chunked(struct fp_rt_config *cfg)
+{
+	cfg->batch = 32;
+	cfg->idle = FP_IDLE_POLL;
+	cfg->flush_us = 1;
+}
+
+/* --flush-us (rt_ctx_round_chunked): the handler gets each round's conditions in chunks,
+ * its calls executed and sent between them; every byte still arrives, in order, and the
+ * rounds were cut (or this proves nothing). */
+static void test_tcp_echo_chunked(void **state)
+{
+	(void)state;
+	assert_int_equal(run_pair(MODE_TCP, chunked), 0);
+	assert_int_equal(T.result, 0);
+	assert_int_equal(T.echoed, TOTAL);
+	check_worker_stats(T.seg, 0);
+	check_worker_stats(T.seg, 1);
+	const struct fp_rt_worker_stats *w0 = fp_rt_stats_worker(T.seg, 0);
+	const struct fp_rt_worker_stats *w1 = fp_rt_stats_worker(T.seg, 1);
+	if (getenv("FP_TEST_VERBOSE"))
+		printf("# chunks %llu %llu, sends %llu %llu\n",
+		       (unsigned long long)w0->flush_chunks, (unsigned long long)w1->flush_chunks,
+		       (unsigned long long)w0->flush_sends, (unsigned long long)w1->flush_sends);
+	assert_true(w0->flush_chunks + w1->flush_chunks > 0);
+	munmap((void *)T.seg, T.seg_size);
+}
+
 static void udp_small_batch(struct fp_rt_config *cfg)
 {
 	cfg->batch = 8;
@@ -1064,6 +1092,9 @@ static void test_options_good(void **state)
 	assert_int_equal(c.notify, FP_NOTIFY_IPI);
 	assert_int_equal(opt(&c, "ipi-after-us", "0", err), 1);
 	assert_int_equal(c.ipi_after_us, 0);
+	assert_int_equal(c.flush_us, 0);   /* IX's batching unless asked */
+	assert_int_equal(opt(&c, "flush-us", "10", err), 1);
+	assert_int_equal(c.flush_us, 10);
 	/* --net before --if wins over the implication */
 	fp_rt_config_init(&c);
 	assert_int_equal(opt(&c, "net", "kernel", err), 1);
@@ -1090,7 +1121,8 @@ static void test_options_bad(void **state)
 		{ "net", "dpdkx" }, { "dpdk", "" }, { "xdp-mode", "fast" }, { "xdp-copy", "maybe" },
 		{ "rx-drop", "1.5" }, { "rx-drop", "nan" }, { "stats", "a/b" }, { "stats", "" },
 		{ "if", "" }, { "umem-frames", "1" }, { "rcv-buf", "10" }, { "seed", "x" },
-		{ "notify", "irq" }, { "ipi-after-us", "1000001" },
+		{ "notify", "irq" }, { "ipi-after-us", "1000001" }, { "flush-us", "1000001" },
+		{ "flush-us", "-1" },
 		/* regress_newline_in_value (fuzz_rt_options): the quoted value made two lines */
 		{ "batch", "1\n2" }, { "ip", "10.0.0.1\r\n" },
 	};
@@ -1194,6 +1226,13 @@ static void test_startup_errors(void **state)
 	expect_startup_error(&c, -EINVAL, "config");
 	fp_rt_config_init(&c);
 	c.notify = FP_NOTIFY_IPI;                              /* interrupts without stealing */
+	expect_startup_error(&c, -EINVAL, "sched");
+	fp_rt_config_init(&c);
+	c.flush_us = 10;                                       /* the kernel sends at round end */
+	expect_startup_error(&c, -EINVAL, "sched");
+	fp_rt_config_init(&c);
+	c.flush_us = 10;                                       /* stealing flushes on its own */
+	c.sched = FP_SCHED_STEAL;
 	expect_startup_error(&c, -EINVAL, "sched");
 	/* a stats name held by a live process (pid 1) is refused */
 	char name[64], path[80];
@@ -1438,6 +1477,7 @@ int main(void)
 		cmocka_unit_test(test_tcp_echo),
 		cmocka_unit_test(test_tcp_echo_lossy),
 		cmocka_unit_test(test_tcp_echo_reordered),
+		cmocka_unit_test(test_tcp_echo_chunked),
 		cmocka_unit_test(test_evl_backpressure),
 		cmocka_unit_test(test_evl_client_stop_resets),
 	};

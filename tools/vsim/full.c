@@ -1049,6 +1049,7 @@ static int machine_setup(struct fr *f)
 	f->rtc.steal_force = cfg->steal_force;
 	f->rtc.notify = cfg->notify == VS_NOTIFY_IPI ? FP_NOTIFY_IPI : FP_NOTIFY_POLL;
 	f->rtc.ipi_after_us = (uint32_t)cfg->ipi_after_us;
+	f->rtc.flush_us = (uint32_t)cfg->flush_us;
 	f->rng = f->rtc.seed * 0xd1b54a32d192ed03ull;
 	f->rtc.stack.secret = f->rtc.seed * 0x9e3779b97f4a7c15ull + 2;
 	f->rtc.stack.max_conns = cfg->flows + 64;

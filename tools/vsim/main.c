@@ -85,6 +85,10 @@ static const char usage[] =
 	"                         ipi_ns, ipi_handle_ns\n"
 	"  --ipi-after-us US      --full --notify ipi: a home is interrupted once inside a\n"
 	"                         handler this long (the runtime's option; default 10)\n"
+	"  --flush-us US          --full --sched part: the runtime's option; the handler\n"
+	"                         gets a round's requests in chunks and what it sent leaves\n"
+	"                         once it has run this long since the last send (default 0:\n"
+	"                         at the round's end, IX's batching)\n"
 	"  --steal-force          --full: every batch runs on a thief, none at home\n"
 	"  --loss P, --reorder P  --full: each frame's chance of being dropped, or held back\n"
 	"                         1-50 us (later ones pass it), on the virtual wire\n"
@@ -536,7 +540,7 @@ enum { O_SCHED = 256, O_VICTIM, O_NOTIFY, O_MEAN, O_SWEEP, O_MAXLOAD, O_SLO, O_R
        O_FLOWS, O_BATCH, O_SEED, O_COST, O_COSTS, O_LIST, O_REAL, O_CORES, O_CALIB, O_FORMAT,
        O_QUIET, O_ALLOC, O_HOMES, O_ALLOC_US, O_SPIN_US, O_SHIFT, O_WINDOWS, O_GHZ, O_NOMINAL,
        O_SLO_US, O_PATTERN, O_PATTERN_S, O_CTL, O_POLICY, O_FULL, O_STEAL_FORCE, O_LOSS,
-       O_REORDER, O_IPI_AFTER, O_STALLS };
+       O_REORDER, O_IPI_AFTER, O_STALLS, O_FLUSH };
 
 static const struct option opts[] = {
 	{"workers", required_argument, 0, 'n'}, {"sched", required_argument, 0, O_SCHED},
@@ -551,7 +555,7 @@ static const struct option opts[] = {
 	{"real", no_argument, 0, O_REAL}, {"cores", required_argument, 0, O_CORES},
 	{"full", no_argument, 0, O_FULL}, {"steal-force", no_argument, 0, O_STEAL_FORCE},
 	{"loss", required_argument, 0, O_LOSS}, {"reorder", required_argument, 0, O_REORDER},
-	{"stalls", required_argument, 0, O_STALLS},
+	{"stalls", required_argument, 0, O_STALLS}, {"flush-us", required_argument, 0, O_FLUSH},
 	{"ipi-after-us", required_argument, 0, O_IPI_AFTER},
 	{"calibrate", required_argument, 0, O_CALIB}, {"format", required_argument, 0, O_FORMAT},
 	{"quiet", no_argument, 0, O_QUIET}, {"alloc", no_argument, 0, O_ALLOC},
@@ -637,6 +641,7 @@ int main(int argc, char **argv)
 		case O_FULL: c.full = true; break;
 		case O_STEAL_FORCE: c.steal_force = true; break;
 		case O_IPI_AFTER: c.ipi_after_us = num("ipi-after-us", optarg, 0, 1e6); break;
+		case O_FLUSH: c.flush_us = num("flush-us", optarg, 0, 1e6); break;
 		case O_LOSS: c.loss = num("loss", optarg, 0, 0.5); break;
 		case O_REORDER: c.reorder = num("reorder", optarg, 0, 0.5); break;
 		case O_STALLS:
@@ -692,6 +697,8 @@ int main(int argc, char **argv)
 		die("--full --notify ipi: the workers' interrupts are --sched steal's");
 	if (c.full && c.victim != FP_SHUF_VICTIM_RANDOM)
 		die("--full: the workers' shuffle layer picks its victims at random (ZygOS's)");
+	if (c.flush_us > 0 && !(c.full && c.sched == VS_SCHED_PART))
+		die("--flush-us is the runtime's partitioned round's: with --full --sched part");
 	if (!c.full && (c.steal_force || c.loss > 0 || c.reorder > 0 || c.stalls))
 		die("--steal-force, --loss, --reorder and --stalls are --full's (the real stack's "
 		    "wire and cores)");

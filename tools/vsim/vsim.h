@@ -86,6 +86,7 @@ struct vs_config {
 	bool full;                   /* the real workers, stack and handler (full.c) */
 	bool steal_force;            /* --full: every batch runs on a thief */
 	double ipi_after_us;         /* --full --notify ipi: the runtime's --ipi-after-us */
+	double flush_us;             /* --full: the runtime's --flush-us */
 	double loss, reorder;        /* --full: each frame's chance of being dropped, and of
 				      * being held back (others pass it) on the virtual wire */
 	const struct vs_stalls *stalls; /* --full --stalls: the machine's stalls (NULL: none) */

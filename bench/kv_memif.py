@@ -11,7 +11,10 @@ Interleaved (memif, xdp, then again) for --rounds rounds; medians with min-max. 
 (namespaces, AF_XDP).
 
     sudo .venv/bin/python bench/kv_memif.py [--rounds 3] [--closed 4 | --sweep 200k:1.4M:7]
-                                            [--duration 3] [--out DIR]
+                                            [--duration 3] [--fp-flags 'A;B'] [--out DIR]
+
+--fp-flags 'A;B;...' runs fp-kv with each set of runtime flags in turn in every round
+(e.g. ';--flush-us 10': without and with), interleaved like the builds.
 
 Writes DIR/kv_memif.json and DIR/kv_memif.md (default results/kv_memif/).
 """
@@ -20,6 +23,7 @@ import datetime
 import json
 import os
 import pathlib
+import shlex
 import sys
 import tempfile
 import time
@@ -33,7 +37,7 @@ from benchlib import med, parse_builds, ratio_cell, start  # noqa: E402
 PATHS = ["memif", "xdp"]
 
 
-def one(path, topo, build, a, tmp):
+def one(path, topo, build, a, tmp, fp_flags=()):
     kv, lg = str(build / "apps" / "kv" / "fp-kv"), str(build / "apps" / "loadgen" / "fp-loadgen")
     if path == "memif":
         sock = os.path.join(tmp, "kv.sock")
@@ -47,7 +51,7 @@ def one(path, topo, build, a, tmp):
         addr, sns, cns = topo.fp_srv_ip, topo.srv_ns, topo.cli_ns
     out = os.path.join(tmp, "lg.json")
     srv = start(topo, sns, [kv, "-m", "1024", "-t", "1", "-U", "0", "--cores", "0", "--idle",
-                            "poll", "--stats", "none", *srv_rt])
+                            "poll", "--stats", "none", *srv_rt, *fp_flags])
     try:
         time.sleep(2)
         if srv.poll() is not None:
@@ -83,23 +87,32 @@ def main():
                     help="the build directory, or LABEL=DIR,LABEL=DIR: builds interleaved in "
                     "each round (before and after a change), the ratio of the last to the "
                     "first reported per round")
+    ap.add_argument("--fp-flags", default="",
+                    help="'A;B': fp-kv's extra runtime flags, each set a variant of its own")
     ap.add_argument("--out", default=str(ROOT / "results" / "kv_memif"))
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("kv_memif: needs root (namespaces, AF_XDP): run it with sudo")
     builds, out = parse_builds(a.build), pathlib.Path(a.out)
+    if a.fp_flags:   # each flag set a variant, labelled by its flags
+        if len(builds) > 1:
+            sys.exit("kv_memif: --fp-flags with one --build")
+        builds = [(fl.strip() or "default", builds[0][1], fl.split())
+                  for fl in a.fp_flags.split(";")]
+    else:
+        builds = [(label, bdir, []) for label, bdir in builds]
     out.mkdir(parents=True, exist_ok=True)
     runs = []
     with Topo(f"km{os.getpid() % 10000}") as topo, tempfile.TemporaryDirectory() as tmp:
         for rnd in range(a.rounds):
-            for label, bdir in builds:
+            for label, bdir, flags in builds:
                 for path in PATHS:
                     print(f"kv_memif: round {rnd + 1}/{a.rounds}: {path}"
                           + (f" ({label})" if label else ""), file=sys.stderr, flush=True)
-                    r = one(path, topo, pathlib.Path(bdir), a, tmp)
+                    r = one(path, topo, pathlib.Path(bdir), a, tmp, flags)
                     r["round"], r["build"] = rnd + 1, label
                     runs.append(r)
-    cmd = "sudo .venv/bin/python bench/kv_memif.py " + " ".join(sys.argv[1:])
+    cmd = "sudo .venv/bin/python bench/kv_memif.py " + shlex.join(sys.argv[1:])
     (out / "kv_memif.json").write_text(json.dumps({"command": cmd.strip(), "runs": runs}, indent=1))
     if a.sweep:
         lines = [f"kv_memif, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
@@ -108,7 +121,7 @@ def main():
                  "invalid: rounds whose point failed fp-loadgen's checks (rate, slip, drops)",
                  "", "| path | offered | achieved | p50 µs | p99 µs | invalid |",
                  "|---|---|---|---|---|---|"]
-        for path, (label, _) in [(p, b) for p in PATHS for b in builds]:
+        for path, (label, *_) in [(p, b) for p in PATHS for b in builds]:
             rs = [r for r in runs if r["path"] == path and r["build"] == label]
             for i, pt0 in enumerate(rs[0]["points"] if rs else []):
                 ps = [r["points"][i] for r in rs if i < len(r["points"])]
@@ -123,13 +136,19 @@ def main():
                  f"`{cmd.strip()}`; fp-kv and fp-loadgen (USR, 64 connections x {a.closed} in "
                  "flight, closed loop), one core each; median (min-max)", "",
                  "| path | requests/s | p50 µs | p99 µs | timeouts |", "|---|---|---|---|---|"]
-        for path, (label, _) in [(p, b) for p in PATHS for b in builds]:
+        for path, (label, *_) in [(p, b) for p in PATHS for b in builds]:
             rs = [r for r in runs if r["path"] == path and r["build"] == label]
             name = f"{path} ({label})" if label else path
             lines.append(f"| {name} | {med([r['achieved_rps'] for r in rs], '{:,.0f}')} | "
                          f"{med([r['p50_us'] for r in rs], '{:.0f}')} | "
                          f"{med([r['p99_us'] for r in rs], '{:.0f}')} | "
                          f"{sum(r['timeouts'] for r in rs)} |")
+        if len(builds) > 1:   # the last variant against the first, per round
+            first, last = builds[0][0], builds[-1][0]
+            lines.append("")
+            for path in PATHS:
+                lines.append(f"- {path}, requests/s {last} / {first} per round: "
+                             f"{ratio_cell(runs, 'achieved_rps', last, first, 'path', path)}")
     md = "\n".join(lines) + "\n"
     (out / "kv_memif.md").write_text(md)
     print(md)

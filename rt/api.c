@@ -189,12 +189,12 @@ unsigned rt_ctx_round_chunked(struct fp_ctx *ctx)
 	unsigned done = 0, i = 0;
 
 	while (i < n) {
-		uint64_t ran = t - start;
-		unsigned k = i && ran ? (unsigned)(gap * i / ran) : 1, j = i, end;
+		uint64_t ran = t - start, k = i && ran ? gap * i / ran : 1;   /* per gap so far */
+		unsigned j = i, end;
 
 		if (!k)
 			k = 1;
-		end = i + k < n ? i + k : n;
+		end = k < n - i ? i + (unsigned)k : n;
 		for (; j < end; j++) {   /* a KNOCK's flow stays in its chunk */
 			unsigned last = knock_end(ctx, j, n);
 

@@ -52,29 +52,43 @@ bad:
 	return -EINVAL;
 }
 
-int vs_costs_parse(struct vs_costs *k, const char *text, size_t len, char *err, size_t errlen)
+/* The next line of @text from *@pos with something on it: its comment ('#' on) and the
+ * blanks around it cut off, as [*@s, *@s + return) with *@ln its number; -1 at the end. */
+static long next_line(const char *text, size_t len, size_t *pos, unsigned *ln, const char **s)
 {
-	size_t pos = 0;
-	unsigned ln = 0;
+	while (*pos < len) {
+		const char *line = text + *pos, *nl = memchr(line, '\n', len - *pos);
+		size_t n = nl ? (size_t)(nl - line) : len - *pos, a = 0, b;
 
-	while (pos < len) {
-		const char *line = text + pos, *nl = memchr(line, '\n', len - pos);
-		size_t n = nl ? (size_t)(nl - line) : len - pos, a = 0, b;
-		char what[200];
-
-		pos += n + (nl != NULL);
-		ln++;
+		*pos += n + (nl != NULL);
+		(*ln)++;
 		for (b = 0; b < n && line[b] != '#' && line[b] != '\r'; b++)
 			;
 		while (a < b && (line[a] == ' ' || line[a] == '\t'))
 			a++;
 		while (b > a && (line[b - 1] == ' ' || line[b - 1] == '\t'))
 			b--;
-		if (a == b)
-			continue;
-		if (memchr(line + a, '\0', b - a) || vs_cost_set(k, line + a, b - a, what, sizeof(what))) {
+		if (a < b) {
+			*s = line + a;
+			return (long)(b - a);
+		}
+	}
+	return -1;
+}
+
+int vs_costs_parse(struct vs_costs *k, const char *text, size_t len, char *err, size_t errlen)
+{
+	size_t pos = 0;
+	unsigned ln = 0;
+	const char *s;
+	long n;
+
+	while ((n = next_line(text, len, &pos, &ln, &s)) >= 0) {
+		char what[200];
+
+		if (memchr(s, '\0', (size_t)n) || vs_cost_set(k, s, (size_t)n, what, sizeof(what))) {
 			snprintf(err, errlen, "line %u: %s", ln,
-				 memchr(line + a, '\0', b - a) ? "a NUL byte" : what);
+				 memchr(s, '\0', (size_t)n) ? "a NUL byte" : what);
 			return -EINVAL;
 		}
 	}
@@ -148,41 +162,31 @@ int vs_stalls_parse(struct vs_stalls *s, const char *text, size_t len, char *err
 {
 	size_t pos = 0;
 	unsigned ln = 0;
+	const char *line;
+	long n;
 	int rc;
 
 	memset(s, 0, sizeof(*s));
-	while (pos < len) {
-		const char *line = text + pos, *nl = memchr(line, '\n', len - pos);
-		size_t n = nl ? (size_t)(nl - line) : len - pos, a = 0, b, k;
-		char what[200];
+	while ((n = next_line(text, len, &pos, &ln, &line)) >= 0) {
+		size_t b = (size_t)n, k, v;
 		const char *eq;
+		char what[200];
 
-		pos += n + (nl != NULL);
-		ln++;
-		for (b = 0; b < n && line[b] != '#' && line[b] != '\r'; b++)
-			;
-		while (a < b && (line[a] == ' ' || line[a] == '\t'))
-			a++;
-		while (b > a && (line[b - 1] == ' ' || line[b - 1] == '\t'))
-			b--;
-		if (a == b)
-			continue;
-		if (memchr(line + a, '\0', b - a)) {
+		if (memchr(line, '\0', b)) {
 			snprintf(what, sizeof(what), "a NUL byte");
 			rc = -EINVAL;
 			goto fail;
 		}
-		if (!(eq = memchr(line + a, '=', b - a))) {
-			snprintf(what, sizeof(what), "'%.*s' is not KEY=VALUE",
-				 (int)(b - a > 40 ? 40 : b - a), line + a);
+		if (!(eq = memchr(line, '=', b))) {
+			snprintf(what, sizeof(what), "'%.*s' is not KEY=VALUE", (int)(b > 40 ? 40 : b),
+				 line);
 			rc = -EINVAL;
 			goto fail;
 		}
-		for (k = (size_t)(eq - line); k > a && (line[k - 1] == ' ' || line[k - 1] == '\t'); k--)
+		for (k = (size_t)(eq - line); k && (line[k - 1] == ' ' || line[k - 1] == '\t'); k--)
 			;
-		size_t klen = k - a, v = (size_t)(eq - line) + 1;
-
-		if (klen == 7 && !memcmp(line + a, "seconds", 7)) {
+		v = (size_t)(eq - line) + 1;
+		if (k == 7 && !memcmp(line, "seconds", 7)) {
 			char num[40], *end;
 			double x;
 
@@ -203,14 +207,13 @@ bad_secs:
 			rc = -EINVAL;
 			goto fail;
 		}
-		if ((klen == 6 && !memcmp(line + a, "server", 6)) ||
-		    (klen == 6 && !memcmp(line + a, "client", 6))) {
-			if ((rc = stalls_list(s, line[a] == 'c', line + v, b - v, what, sizeof(what))))
+		if (k == 6 && (!memcmp(line, "server", 6) || !memcmp(line, "client", 6))) {
+			if ((rc = stalls_list(s, line[0] == 'c', line + v, b - v, what, sizeof(what))))
 				goto fail;
 			continue;
 		}
 		snprintf(what, sizeof(what), "no key '%.*s' (seconds, server, client)",
-			 (int)(klen > 40 ? 40 : klen), line + a);
+			 (int)(k > 40 ? 40 : k), line);
 		rc = -EINVAL;
 fail:
 		snprintf(err, errlen, "line %u: %s", ln, what);

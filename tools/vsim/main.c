@@ -130,21 +130,32 @@ static double num(const char *opt, const char *v, double lo, double hi)
 	return x;
 }
 
-static void read_costs(struct vs_costs *k, const char *path)
+/* The first @max bytes of @path, for option --@opt; its length in *@len. */
+static char *slurp(const char *opt, const char *path, size_t max, size_t *len)
 {
 	FILE *f = fopen(path, "r");
-	char *text = NULL, err[300];
-	size_t cap = 0, len = 0, n;
+	char *text = NULL;
+	size_t cap = 0, n;
 
 	if (!f)
-		die("--costs: cannot open %s: %s", path, strerror(errno));
+		die("--%s: cannot open %s: %s", opt, path, strerror(errno));
+	*len = 0;
 	do {
-		if (len + 4096 > cap && !(text = realloc(text, cap = 2 * cap + 4096)))
-			die("--costs: out of memory reading %s", path);
-		n = fread(text + len, 1, cap - len, f);
-		len += n;
-	} while (n && len < (16u << 20));
+		if (*len + 4096 > cap && !(text = realloc(text, cap = 2 * cap + 4096)))
+			die("--%s: out of memory reading %s", opt, path);
+		n = fread(text + *len, 1, cap - *len, f);
+		*len += n;
+	} while (n && *len < max);
 	fclose(f);
+	return text;
+}
+
+static void read_costs(struct vs_costs *k, const char *path)
+{
+	char err[300];
+	size_t len;
+	char *text = slurp("costs", path, 16u << 20, &len);
+
 	if (vs_costs_parse(k, text, len, err, sizeof(err)))
 		die("%s:%s", path, err + 5);   /* "line N: ..." as path:N: ... */
 	free(text);
@@ -154,19 +165,10 @@ static struct vs_stalls stalls;   /* --stalls */
 
 static void read_stalls(const char *path)
 {
-	FILE *f = fopen(path, "r");
-	char *text = NULL, err[300];
-	size_t cap = 0, len = 0, n;
+	char err[300];
+	size_t len;
+	char *text = slurp("stalls", path, 64u << 20, &len);
 
-	if (!f)
-		die("--stalls: cannot open %s: %s", path, strerror(errno));
-	do {
-		if (len + 4096 > cap && !(text = realloc(text, cap = 2 * cap + 4096)))
-			die("--stalls: out of memory reading %s", path);
-		n = fread(text + len, 1, cap - len, f);
-		len += n;
-	} while (n && len < (64u << 20));
-	fclose(f);
 	if (vs_stalls_parse(&stalls, text, len, err, sizeof(err)))
 		die("%s:%s", path, err + 5);   /* "line N: ..." as path:N: ... */
 	free(text);

@@ -151,7 +151,8 @@ unsigned rt_ctx_round(struct fp_ctx *ctx)
 		return rt_steal_round(ctx);
 	if (ctx->run->app_steal)
 		return rt_app_steal_round(ctx);
-	if (ctx->run->cfg->flush_us && ctx->tops->flush && ctx->n_conds > 1)
+	if (ctx->run->cfg->flush_us && ctx->run->cfg->flush_us != FP_RT_FLUSH_AUTO &&
+	    ctx->tops->flush && ctx->n_conds > 1)
 		return rt_ctx_round_chunked(ctx);
 	return rt_ctx_round_plain(ctx);
 }

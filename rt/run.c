@@ -38,6 +38,7 @@ void fp_rt_config_init(struct fp_rt_config *cfg)
 	cfg->idle = FP_IDLE_SLEEP;
 	cfg->spin_us = FP_RT_DEFAULT_SPIN_US;
 	cfg->ipi_after_us = 10;
+	cfg->flush_us = FP_RT_FLUSH_AUTO;
 	cfg->nap_us = FP_RT_DEFAULT_NAP_US;
 	cfg->burst_idle_us = FP_RT_DEFAULT_BURST_IDLE_US;
 	cfg->xdp.mode = FP_XDP_AUTO;
@@ -88,8 +89,9 @@ const char fp_rt_options_help[] =
 	"                        (default 10)\n"
 	"  --flush-us US         part (xdp, pair, dpdk): the handler gets a round's requests\n"
 	"                        in chunks, and what it sent leaves once it has run this\n"
-	"                        long since the last send, not at the round's end (0, the\n"
-	"                        default: IX's batching; each send is a tx burst)\n"
+	"                        long since the last send, not at the round's end (0: IX's\n"
+	"                        batching; each send is a tx burst); default 10 on dpdk,\n"
+	"                        where a send is a ring write, 0 elsewhere\n"
 	"  --burst K             steal, xdp: the last K workers are burstable: they own no\n"
 	"                        flow group, steal the others' work, and run only while the\n"
 	"                        core allocator (fp-ctl alloc) grants them their core; an\n"
@@ -801,6 +803,9 @@ static int step_sched(struct rt_start *s)
 {
 	int rc;
 
+	if (s->cfg.flush_us == FP_RT_FLUSH_AUTO)   /* where a send is a ring write: chunks */
+		s->cfg.flush_us = s->cfg.sched == FP_SCHED_PART &&
+				  s->cfg.transport == FP_TRANSPORT_DPDK ? FP_RT_DEFAULT_FLUSH_US : 0;
 	if (s->cfg.sched != FP_SCHED_STEAL) {
 		if (s->cfg.notify == FP_NOTIFY_IPI)
 			return snprintf(s->err, sizeof(s->err), "--notify ipi: interrupts wake a "
@@ -1337,11 +1342,15 @@ static void rt_summary(struct rt_start *s)
 		snprintf(idle, sizeof(idle), "idle adaptive (spin <= %u us)", c->spin_us);
 	else
 		snprintf(idle, sizeof(idle), "idle sleep after %u us", c->spin_us);
-	fprintf(stderr, "flowplane: %s: %s, %u worker%s on core%s %s%s, batch %u, %s, %s\n",
+	char flush[48] = "";
+
+	if (c->sched == FP_SCHED_PART && c->flush_us && c->flush_us != FP_RT_FLUSH_AUTO)
+		snprintf(flush, sizeof(flush), " (sent every %u us of handlers)", c->flush_us);
+	fprintf(stderr, "flowplane: %s: %s, %u worker%s on core%s %s%s, batch %u%s, %s, %s\n",
 		s->run.app->name ? s->run.app->name : "app", net, c->n_workers,
 		c->n_workers == 1 ? "" : "s", c->n_workers == 1 ? "" : "s", cores,
 		c->cores_set ? "" : " (the default, first cores; --cores to choose)", c->batch,
-		idle, stats);
+		flush, idle, stats);
 }
 
 /* Time @t's thread has spent on its CPU, and runnable but waiting for it (schedstat); 0

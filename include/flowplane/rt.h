@@ -72,6 +72,8 @@ enum fp_nic_steer { FP_NIC_STEER_AUTO = 0, FP_NIC_STEER_ON, FP_NIC_STEER_OFF };
 #define FP_RT_MAX_BATCH     1024
 #define FP_RT_DEFAULT_SPIN_US 200
 #define FP_RT_DEFAULT_NAP_US  100   /* dpdk: the longest nap of an idle worker */
+#define FP_RT_FLUSH_AUTO      UINT32_MAX /* --flush-us not given: the transport's default */
+#define FP_RT_DEFAULT_FLUSH_US 10   /* dpdk, partitioned: a send there is a ring write */
 #define FP_RT_DEFAULT_BURST_IDLE_US 20  /* --burst: idle this long, a burstable worker parks */
 
 struct fp_rt_config {
@@ -108,8 +110,9 @@ struct fp_rt_config {
 					  * run this long (default 10) */
 	uint32_t flush_us;               /* partitioned: what the handler sent leaves before
 					  * its next condition once it has run this long since
-					  * the last send (0, the default: at the round's end,
-					  * IX's batching) */
+					  * the last send (0: at the round's end, IX's
+					  * batching); FP_RT_FLUSH_AUTO, the default: 10 on
+					  * dpdk, 0 elsewhere (set at startup) */
 	uint32_t spin_us;                /* FP_IDLE_SLEEP: spin this long before sleeping */
 	uint32_t nap_us;                 /* a device that cannot wake a sleeper (dpdk: no
 					  * receive interrupt): sleep in naps of at most this

@@ -180,7 +180,7 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 	CHECK(c->sched == FP_SCHED_PART || c->sched == FP_SCHED_STEAL);
 	CHECK(c->notify == FP_NOTIFY_POLL || c->notify == FP_NOTIFY_IPI);
 	CHECK(c->ipi_after_us <= 1000000);
-	CHECK(c->flush_us <= 1000000);
+	CHECK(c->flush_us <= 1000000 || c->flush_us == FP_RT_FLUSH_AUTO);
 	CHECK(c->steer == FP_STEER_GROUPS || c->steer == FP_STEER_QUEUE);
 	CHECK(c->n_steer_weights <= FP_RT_MAX_WORKERS);
 	unsigned wsum = 0;

@@ -1092,7 +1092,7 @@ static void test_options_good(void **state)
 	assert_int_equal(c.notify, FP_NOTIFY_IPI);
 	assert_int_equal(opt(&c, "ipi-after-us", "0", err), 1);
 	assert_int_equal(c.ipi_after_us, 0);
-	assert_int_equal(c.flush_us, 0);   /* IX's batching unless asked */
+	assert_int_equal(c.flush_us, FP_RT_FLUSH_AUTO);   /* the transport's, at startup */
 	assert_int_equal(opt(&c, "flush-us", "10", err), 1);
 	assert_int_equal(c.flush_us, 10);
 	/* --net before --if wins over the implication */

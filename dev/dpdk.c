@@ -1,16 +1,21 @@
 /* dpdk.c: a DPDK port behind the device ops: a queue pair per worker, frames copied to and from the queue's own pool. */
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_interrupts.h>
 #include <rte_mbuf.h>
 
 #include <flowplane/dev.h>
@@ -47,6 +52,7 @@
 #define DPDK_MEMIF_WAIT_MS 5000u /* a memif client waits this long for its server */
 #define DPDK_RETA_MAX  2048u  /* the largest RSS table we program (ice's) */
 #define DPDK_KEY_MAX   64u
+#define DPDK_QUEUES_MAX 1024u /* queues the interrupt thread waits for (all ports) */
 
 struct fp_dpdk {
 	bool owns_eal;             /* fp_dpdk_open's: closing it cleans the EAL up */
@@ -69,6 +75,7 @@ struct fp_dpdk {
 struct dpdk_q {
 	struct fp_devq dq;         /* first: the ops are handed &dq */
 	struct fp_dpdk *d;
+	_Atomic bool bursting;     /* its worker is inside the PMD (burst_enter) */
 	uint16_t qid;
 	struct fp_dev_stats st;
 	uint64_t tx_bad;           /* frames too long for one DPDK mbuf: dropped */
@@ -79,6 +86,109 @@ static struct dpdk_q *dq_of(struct fp_devq *q) { return fp_container_of(q, struc
 
 bool fp_dpdk_available(void) { return true; }
 
+/* ---- the interrupt thread against the bursts ---- */
+
+/*
+ * DPDK runs the PMDs' control work in its interrupt thread. Version 22.11's memif does
+ * not wait for the datapath there: when the peer leaves, memif_disconnect
+ * (drivers/net/memif/memif_socket.c) clears the port's CONNECTED flag and at once unmaps
+ * the rings and buffers, and a worker whose burst had passed that flag's check a moment
+ * before reads unmapped memory. Seen (2026-11-29): a two-worker memif server died of
+ * SIGSEGV in about 1 of 30 runs of test_dpdk.py's two-worker test, and, with polling
+ * workers, within 3 to 52 departures of fp-memif-churn (bench/memif_churn.c) in every run;
+ * its core: a worker in librte_net_memif reading a ring's head (the fault address a ring's
+ * first page) while the interrupt thread was inside memif_disconnect.
+ *
+ * So the interrupt thread's work and the workers' bursts exclude each other. The
+ * interrupt thread waits for events in epoll_wait and runs the callbacks they call for
+ * until it waits again; this file defines epoll_wait (an executable's definition comes
+ * before libc's for the libraries too), and, in that thread only (rte_thread_is_intr),
+ * marks its callbacks' time: on return it raises intr_busy and waits until no worker is
+ * inside a burst, and on entry lowers it. A worker marks itself bursting, then reads
+ * intr_busy; if raised, it skips the burst (no frames, nothing sent this time) instead of
+ * waiting. The two sides are Dekker's: a store then a load on each. The interrupt thread's
+ * side pays the full barrier for both (membarrier: every running thread of the process
+ * passes one), so a burst costs the worker only a store and a load; where the kernel has
+ * no membarrier, the worker fences each burst itself. Every other thread's epoll_wait is
+ * libc's (epoll_pwait without a mask, the same call).
+ */
+
+static _Atomic bool intr_guard;    /* set before the EAL starts its interrupt thread */
+static _Atomic bool intr_busy;     /* the interrupt thread runs callbacks: no bursts */
+static bool burst_fence;           /* no membarrier here: the workers fence each burst */
+static pthread_mutex_t queues_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dpdk_q *queues[DPDK_QUEUES_MAX];
+
+static bool burst_enter(struct dpdk_q *q)
+{
+	atomic_store_explicit(&q->bursting, true, memory_order_relaxed);
+	if (burst_fence)
+		atomic_thread_fence(memory_order_seq_cst);
+	else
+		atomic_signal_fence(memory_order_seq_cst);   /* the store stays before the load */
+	if (fp_likely(!atomic_load_explicit(&intr_busy, memory_order_relaxed)))
+		return true;
+	atomic_store_explicit(&q->bursting, false, memory_order_release);
+	return false;
+}
+
+static void burst_leave(struct dpdk_q *q)
+{
+	atomic_store_explicit(&q->bursting, false, memory_order_release);
+}
+
+static void intr_exclude(void)
+{
+	atomic_store_explicit(&intr_busy, true, memory_order_relaxed);
+	if (!burst_fence)
+		syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+	atomic_thread_fence(memory_order_seq_cst);
+	pthread_mutex_lock(&queues_lock);
+	for (unsigned i = 0; i < DPDK_QUEUES_MAX; i++)
+		while (queues[i] && atomic_load_explicit(&queues[i]->bursting, memory_order_acquire))
+			sched_yield();   /* a burst is short; its worker may be preempted */
+	pthread_mutex_unlock(&queues_lock);
+}
+
+int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+{
+	bool intr = atomic_load_explicit(&intr_guard, memory_order_relaxed) && rte_thread_is_intr();
+	int n;
+
+	if (intr)
+		atomic_store_explicit(&intr_busy, false, memory_order_release);
+	n = epoll_pwait(epfd, events, maxevents, timeout, NULL);
+	if (intr) {
+		int e = errno;
+
+		intr_exclude();
+		errno = e;
+	}
+	return n;
+}
+
+/* Before rte_eal_init starts the interrupt thread: membarrier registered (or else each
+ * burst fences), and epoll_wait looks out for that thread from now on. */
+static void intr_guard_start(void)
+{
+	burst_fence = syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0;
+	atomic_store(&intr_guard, true);
+}
+
+static bool queue_watch(struct dpdk_q *q, bool on)
+{
+	bool done = false;
+
+	pthread_mutex_lock(&queues_lock);
+	for (unsigned i = 0; i < DPDK_QUEUES_MAX && !done; i++)
+		if (queues[i] == (on ? NULL : q)) {
+			queues[i] = on ? q : NULL;
+			done = true;
+		}
+	pthread_mutex_unlock(&queues_lock);
+	return done;
+}
+
 /* ---- the datapath ---- */
 
 static unsigned dpdk_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned max)
@@ -87,7 +197,10 @@ static unsigned dpdk_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned
 	struct rte_mbuf *in[DPDK_BURST];
 	unsigned n, got = 0;
 
+	if (!burst_enter(q))
+		return 0;
 	n = rte_eth_rx_burst(q->d->port, q->qid, in, (uint16_t)(max < DPDK_BURST ? max : DPDK_BURST));
+	burst_leave(q);
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t len = rte_pktmbuf_pkt_len(in[i]);
 		struct fp_mbuf *m = fp_pool_get(&dq->cache);
@@ -159,7 +272,12 @@ static unsigned dpdk_tx_burst(struct fp_devq *dq, struct fp_mbuf **frames, unsig
 			fp_mbuf_free(&dq->cache, frames[taken++]);
 			continue;
 		}
+		if (!burst_enter(q)) {
+			rte_pktmbuf_free_bulk(out, k);   /* offered again next time */
+			break;
+		}
 		sent = rte_eth_tx_burst(q->d->port, q->qid, out, (uint16_t)k);
+		burst_leave(q);
 		for (unsigned i = 0; i < sent; i++) {
 			q->st.tx_bytes += frames[taken + i]->pkt_len;
 			fp_mbuf_free(&dq->cache, frames[taken + i]);
@@ -183,8 +301,12 @@ static int dpdk_wait_fd(struct fp_devq *dq) { (void)dq; return -1; }
 static unsigned dpdk_rx_ready(struct fp_devq *dq)
 {
 	struct dpdk_q *q = dq_of(dq);
-	int n = rte_eth_rx_queue_count(q->d->port, q->qid);
+	int n;
 
+	if (!burst_enter(q))
+		return 0;
+	n = rte_eth_rx_queue_count(q->d->port, q->qid);
+	burst_leave(q);
 	return n > 0 ? (unsigned)n : 0;   /* -ENOTSUP on some PMDs (memif) */
 }
 
@@ -205,6 +327,7 @@ static void dpdk_queue_close(struct fp_devq *dq)
 {
 	struct dpdk_q *q = dq_of(dq);
 
+	queue_watch(q, false);
 	fp_pool_cache_flush(&dq->cache);
 	fp_pool_destroy(dq->pool);
 	if (q->registered) {
@@ -251,6 +374,15 @@ struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned qid, char *err, s
 		if (q->dq.pool)
 			fp_pool_destroy(q->dq.pool);
 		free(q);
+		return NULL;
+	}
+	if (!queue_watch(q, true)) {
+		snprintf(err, errlen, "DPDK queue %u: more than %u queues open in this process",
+			 qid, DPDK_QUEUES_MAX);
+		fp_pool_cache_flush(&q->dq.cache);
+		fp_pool_destroy(q->dq.pool);
+		free(q);
+		errno = ENOSPC;
 		return NULL;
 	}
 	/* The calling thread is the queue's worker: an lcore id gives it the mempool's cache. */
@@ -533,6 +665,7 @@ struct fp_dpdk *fp_dpdk_open(const struct fp_dpdk_config *cfg, char *err, size_t
 	if ((argc = eal_argv(cfg->args, buf, sizeof(buf), argv, err, errlen)) < 0)
 		goto fail;
 	pthread_getaffinity_np(pthread_self(), sizeof(cpus), &cpus);
+	intr_guard_start();
 	um = umask(077);   /* a memif socket is the owner's only */
 	rc = rte_eal_init(argc, argv);
 	umask(um);

@@ -151,8 +151,7 @@ unsigned rt_ctx_round(struct fp_ctx *ctx)
 		return rt_steal_round(ctx);
 	if (ctx->run->app_steal)
 		return rt_app_steal_round(ctx);
-	if (ctx->run->cfg->flush_us && ctx->run->cfg->flush_us != FP_RT_FLUSH_AUTO &&
-	    ctx->tops->flush && ctx->n_conds > 1)
+	if (ctx->run->flush_us && ctx->tops->flush && ctx->n_conds > 1)
 		return rt_ctx_round_chunked(ctx);
 	return rt_ctx_round_plain(ctx);
 }
@@ -185,7 +184,7 @@ unsigned rt_ctx_round_chunked(struct fp_ctx *ctx)
 {
 	const struct fp_app *app = ctx->run->app;
 	const unsigned n = ctx->n_conds;
-	uint64_t gap = fp_ns_to_cycles((uint64_t)ctx->run->cfg->flush_us * 1000);
+	uint64_t gap = fp_ns_to_cycles((uint64_t)ctx->run->flush_us * 1000);
 	uint64_t start = rt_cycles(), sent = start, t = start;
 	unsigned done = 0, i = 0;
 

@@ -94,6 +94,7 @@ struct rt_run {
 	struct rt_steal_wk *swk;
 	uint32_t steal_max_flows;     /* flows a worker may have under the scheduler */
 	atomic_uint steal_in_loop;    /* workers inside their loop (rt_steal_enter/leave) */
+	uint32_t flush_us;            /* --flush-us resolved (never AUTO): 0, whole rounds */
 	bool app_steal;               /* --sched steal by the application's own hooks
 				       * (fp_app.steal: user-level threads), no shuffle layer */
 	struct rt_ipi *ipi;           /* --notify ipi: per worker; NULL otherwise */

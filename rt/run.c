@@ -806,6 +806,7 @@ static int step_sched(struct rt_start *s)
 	if (s->cfg.flush_us == FP_RT_FLUSH_AUTO)   /* where a send is a ring write: chunks */
 		s->cfg.flush_us = s->cfg.sched == FP_SCHED_PART &&
 				  s->cfg.transport == FP_TRANSPORT_DPDK ? FP_RT_DEFAULT_FLUSH_US : 0;
+	s->run.flush_us = s->cfg.flush_us;
 	if (s->cfg.sched != FP_SCHED_STEAL) {
 		if (s->cfg.notify == FP_NOTIFY_IPI)
 			return snprintf(s->err, sizeof(s->err), "--notify ipi: interrupts wake a "

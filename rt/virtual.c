@@ -34,6 +34,7 @@ struct fp_rt_virtual *fp_rt_virtual_create(const struct fp_rt_config *cfg, const
 		return snprintf(err, errlen, "out of memory"), NULL;
 	v->run.cfg = cfg;
 	v->run.app = app;
+	v->run.flush_us = cfg->flush_us == FP_RT_FLUSH_AUTO ? 0 : cfg->flush_us;
 	v->run.wake_fd = -1;
 	v->run.dev_table = table;
 	for (unsigned i = 0; i < FP_RT_MAX_WORKERS; i++)

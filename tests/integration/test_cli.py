@@ -110,6 +110,21 @@ def test_fp_dev_cost_runs_on_the_pair(build_dir):
     assert res["tx_ns_per_frame"] > 0 and res["rx_ns_per_frame"] > 0, res
 
 
+@pytest.mark.parametrize("args,word", [
+    ([], "--socket PATH"),
+    (["--socket"], "missing after '--socket'"),
+    (["--socket", "s", "--queues", "0"], "--queues"),
+    (["--socket", "s", "--cycles", "x"], "--cycles"),
+    (["--socket", "s", "--bogus"], "'--bogus'"),
+    (["--socket", "s", "extra"], "'extra'"),
+])
+def test_fp_memif_churn_bad_args(build_dir, args, word):
+    b = build_dir / "bench" / "fp-memif-churn"
+    if not b.exists():
+        pytest.skip("built only with libdpdk-dev")
+    assert_usage_error(run([b, *args]), word)
+
+
 def test_fp_micro_offline_cpu(build_dir):
     # A CPU number in range for the kernel but not present on this machine.
     assert_usage_error(run([build_dir / "bench" / "fp-micro", "--cpu", "1000"]), "CPU 1000")

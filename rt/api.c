@@ -170,20 +170,52 @@ static unsigned knock_end(const struct fp_ctx *ctx, unsigned i, unsigned n)
 	return last;
 }
 
+/* The chunk's calls just ran (their returns in ctx->rets): the conditions [@from, @to) of
+ * flows one of them closed or reset are dropped, those after them moved down; how many.
+ * After CLOSE or ABORT the application hears nothing more of a flow, as in a plain round,
+ * which hands every condition up before any call runs. (A RECV's bytes are the flow's,
+ * released with it.) */
+static unsigned forget_closed(struct fp_ctx *ctx, unsigned from, unsigned to)
+{
+	unsigned j = from, dropped;
+	bool any = false;
+
+	for (unsigned r = 0; r < ctx->n_rets && !any; r++)
+		any = (ctx->rets[r].type == FP_CALL_CLOSE || ctx->rets[r].type == FP_CALL_ABORT) &&
+		      !ctx->rets[r].ret;
+	if (!any)
+		return 0;
+	for (unsigned i = from; i < to; i++) {
+		bool closed = false;
+
+		for (unsigned r = 0; r < ctx->n_rets && !closed; r++)
+			closed = ctx->rets[r].flow == ctx->conds[i].flow && !ctx->rets[r].ret &&
+				 (ctx->rets[r].type == FP_CALL_CLOSE ||
+				  ctx->rets[r].type == FP_CALL_ABORT);
+		if (!closed)
+			ctx->conds[j++] = ctx->conds[i];
+	}
+	dropped = to - j;
+	memmove(ctx->conds + j, ctx->conds + to, (size_t)(ctx->n_conds - to) * sizeof(*ctx->conds));
+	ctx->n_conds -= dropped;
+	return dropped;
+}
+
 /*
  * --flush-us: a partitioned round whose handler would otherwise hold every reply of its
  * batch until the last request of it is done (IX's batching: with 10 µs requests and 64
  * frames a round, the first reply waits for 63 others). The handler gets the conditions
  * in chunks, each as many as ran in --flush-us so far (the first one alone); after each,
  * its calls are executed, and what they sent leaves once handlers have run --flush-us since
- * the last send. A new connection's conditions stay in the chunk of its KNOCK. Returns and
- * conditions keep their order; a call's return reaches the handler's next call, as between
- * rounds; conditions queued while executing the calls wait for the next round.
+ * the last send. A new connection's conditions stay in the chunk of its KNOCK; a flow a
+ * chunk's calls closed or reset hears nothing more (forget_closed). Returns and conditions
+ * keep their order; a call's return reaches the handler's next call, as between rounds;
+ * conditions queued while executing the calls wait for the next round.
  */
 unsigned rt_ctx_round_chunked(struct fp_ctx *ctx)
 {
 	const struct fp_app *app = ctx->run->app;
-	const unsigned n = ctx->n_conds;
+	unsigned n = ctx->n_conds;
 	uint64_t gap = fp_ns_to_cycles((uint64_t)ctx->run->flush_us * 1000);
 	uint64_t start = rt_cycles(), sent = start, t = start;
 	unsigned done = 0, i = 0;
@@ -205,7 +237,10 @@ unsigned rt_ctx_round_chunked(struct fp_ctx *ctx)
 		ctx->stats->conds += end - i;
 		ctx->stats->flush_chunks += i > 0;
 		ctx->n_rets = 0;
+		ctx->conds_batch = n;
 		done += rt_ctx_flush(ctx);
+		ctx->conds_batch = 0;
+		n -= forget_closed(ctx, end, n);
 		i = end;
 		t = rt_cycles();
 		if (i < n && t - sent >= gap) {

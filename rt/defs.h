@@ -133,6 +133,9 @@ struct fp_ctx {
 	unsigned n_rets, cap_rets;
 	struct fp_cond *conds;        /* filled by the transport */
 	unsigned n_conds, cap_conds;
+	unsigned conds_batch;         /* --flush-us: conds[0, this) are the round's batch, handed
+				       * up in chunks while calls run; a transport dropping a
+				       * closed flow's conditions leaves them (the round does) */
 
 	struct fp_timer_wheel timers; /* the application's */
 	void *user;

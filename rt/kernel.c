@@ -263,12 +263,13 @@ void kt_accepted(struct kt *kt, struct kt_port *l, int fd, const struct sockaddr
 }
 
 /* Drop conditions queued for @f since the handler last ran (a DEAD pushed by a failed
- * SENDV earlier in this batch): after CLOSE the application hears nothing of the flow. */
+ * SENDV earlier in this batch): after CLOSE the application hears nothing of the flow.
+ * A round in chunks (--flush-us) drops its own batch's itself (rt_ctx_round_chunked). */
 static void kt_conds_forget(struct fp_ctx *ctx, const struct fp_flow *f)
 {
-	unsigned j = 0;
+	unsigned j = ctx->conds_batch;
 
-	for (unsigned i = 0; i < ctx->n_conds; i++)
+	for (unsigned i = j; i < ctx->n_conds; i++)
 		if (ctx->conds[i].flow != f)
 			ctx->conds[j++] = ctx->conds[i];
 	ctx->n_conds = j;
@@ -603,7 +604,18 @@ static void kt_exec(struct fp_ctx *ctx, struct fp_call *c)
 	}
 }
 
-static const struct rt_transport_ops kt_ops = { .name = "kernel", .exec = kt_exec };
+/* Mid-round (--flush-us, steal.c): what the calls so far queued leaves now, where the
+ * engine holds it until the round's end (io_uring); epoll's calls wrote as they ran. */
+static void kt_flush_mid(struct fp_ctx *ctx)
+{
+	struct kt *kt = ctx->tp;
+
+	if (kt->eng->send_now)
+		kt->eng->send_now(kt);
+}
+
+static const struct rt_transport_ops kt_ops = { .name = "kernel", .exec = kt_exec,
+						.flush = kt_flush_mid };
 
 /* ---- the loop ---- */
 

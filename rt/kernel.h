@@ -105,6 +105,9 @@ struct kt_engine {
 	int (*poll)(struct kt *kt, uint64_t timeout_us);
 	/* The round's calls and timers ran: issue the I/O they queued. */
 	void (*flush)(struct kt *kt);
+	/* Mid-round: submit the sends the calls so far queued (NULL: the engine's calls do
+	 * their I/O as they run). */
+	void (*send_now)(struct kt *kt);
 	/* Stop (@pause) or restart watching listener @l for connections to accept. */
 	void (*accept_pause)(struct kt *kt, struct kt_port *l, bool pause);
 };

@@ -506,6 +506,17 @@ static void ku_flush(struct kt *kt)
 	kt->rx_lent = ku_of(kt)->in_ring;
 }
 
+/* Mid-round: the sends queued so far go to the kernel now (one io_uring_enter), not with
+ * the next poll's. A flow without an SQE slot waits for the round's end (ku_flush). */
+static void ku_send_now(struct kt *kt)
+{
+	struct ku *ku = ku_of(kt);
+
+	(void)ku_send_dirty(kt);
+	if (io_uring_sq_ready(&ku->ring))
+		io_uring_submit(&ku->ring);
+}
+
 /* ---- setup and teardown ---- */
 
 /* Single issuer, task work run only inside our own io_uring_enter (so completions come
@@ -605,5 +616,6 @@ const struct kt_engine kt_engine_uring = {
 	.shutdown = ku_shutdown,
 	.poll = ku_poll,
 	.flush = ku_flush,
+	.send_now = ku_send_now,
 	.accept_pause = ku_accept_pause,
 };

@@ -87,11 +87,11 @@ const char fp_rt_options_help[] =
 	"                        and dpdk)\n"
 	"  --ipi-after-us US     ipi: interrupt a handler only once it has run this long\n"
 	"                        (default 10)\n"
-	"  --flush-us US         part (xdp, pair, dpdk): the handler gets a round's requests\n"
-	"                        in chunks, and what it sent leaves once it has run this\n"
-	"                        long since the last send, not at the round's end (0: IX's\n"
-	"                        batching; each send is a tx burst); default 10 on dpdk,\n"
-	"                        where a send is a ring write, 0 elsewhere\n"
+	"  --flush-us US         part: the handler gets a round's requests in chunks, and\n"
+	"                        what it sent leaves once it has run this long since the\n"
+	"                        last send, not at the round's end (0: IX's batching; each\n"
+	"                        send is a tx burst, on kernel an io_uring_enter); default\n"
+	"                        10 on dpdk, where a send is a ring write, 0 elsewhere\n"
 	"  --burst K             steal, xdp: the last K workers are burstable: they own no\n"
 	"                        flow group, steal the others' work, and run only while the\n"
 	"                        core allocator (fp-ctl alloc) grants them their core; an\n"
@@ -811,10 +811,6 @@ static int step_sched(struct rt_start *s)
 		if (s->cfg.notify == FP_NOTIFY_IPI)
 			return snprintf(s->err, sizeof(s->err), "--notify ipi: interrupts wake a "
 					"home for thieves: it needs --sched steal"), -EINVAL;
-		if (s->cfg.flush_us && s->cfg.transport == FP_TRANSPORT_KERNEL)
-			return snprintf(s->err, sizeof(s->err), "--flush-us: the kernel transport "
-					"sends at the round's end only; use --net xdp, pair or dpdk, "
-					"or leave --flush-us out"), -EINVAL;
 		return 0;
 	}
 	if (s->cfg.flush_us)

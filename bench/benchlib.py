@@ -1,6 +1,9 @@
 """benchlib: what several benchmark scripts share (median with range, a process's memory,
-starting a command in a namespace or here)."""
+starting a command in a namespace or here, a free loopback port)."""
+import json
+import pathlib
 import re
+import socket
 import statistics
 import subprocess
 import time
@@ -10,6 +13,50 @@ def med(xs, fmt="{:g}"):
     """'median (min-max)', each formatted with @fmt."""
     xs = sorted(xs)
     return f"{fmt.format(statistics.median(xs))} ({fmt.format(xs[0])}-{fmt.format(xs[-1])})"
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fp_totals(build, name):
+    """`fp-stats --name NAME --totals`: the workers' records of a run's statistics segment
+    (a list, one per worker); RuntimeError when fp-stats cannot read it (yet)."""
+    r = subprocess.run([str(build / "tools" / "fp-stats"), "--name", name, "--totals"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(r.stderr.strip())
+    return json.loads(r.stdout.strip().splitlines()[-1])["workers"]
+
+
+def start_with_stats(argv, build, name, who, ready=None, limit_s=20):
+    """Start server @argv (run with --stats @name, output piped) and return its Popen once
+    fp-stats reads its segment and @ready(popen), when given, is true; @who names the
+    bench in the SystemExit when the server exits first or is not ready in @limit_s."""
+    srv = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + limit_s
+    why = ""
+    while True:
+        if srv.poll() is not None:
+            raise SystemExit(f"{who}: {pathlib.Path(str(argv[0])).name} exited: "
+                             f"{srv.stderr.read()[-400:]}")
+        try:
+            fp_totals(build, name)
+            if ready is None or ready(srv):
+                return srv
+            why = "not ready"
+        except (RuntimeError, ValueError, IndexError, KeyError) as e:
+            why = str(e)
+        if time.time() > deadline:
+            srv.kill()
+            srv.wait()
+            raise SystemExit(f"{who}: no statistics from {pathlib.Path(str(argv[0])).name} "
+                             f"in {limit_s} s: {why}")
+        time.sleep(0.2)
 
 
 def rss_kib(pid):

@@ -26,7 +26,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tools"))
-from benchlib import med  # noqa: E402
+from benchlib import fp_totals, free_port, med, start_with_stats  # noqa: E402
 from netns import stop_process  # noqa: E402
 
 CONNS = 64
@@ -38,39 +38,32 @@ def mean_us(service):
 
 
 def one(build, a, tmp, flush_us, load, tag):
-    sock = os.path.join(tmp, f"{tag}.sock")
-    m = "--vdev=net_memif0,role={},socket=" + sock + ",socket-abstract=no"
     name = f"flb{os.getpid()}{tag}"
-    srv = subprocess.Popen([str(build / "apps" / "echo" / "fp-echo"), "spin", "--native",
-                            "--dpdk", m.format("server"), "--ip", "10.99.0.1/24", "--cores", "0",
-                            "--idle", "poll", "--stats", name, "--flush-us", str(flush_us)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if a.net == "memif":
+        sock = os.path.join(tmp, f"{tag}.sock")
+        m = "--vdev=net_memif0,role={},socket=" + sock + ",socket-abstract=no"
+        srv_net = ["--dpdk", m.format("server"), "--ip", "10.99.0.1/24"]
+        cli_net = ["--server", "10.99.0.1:7", "--dpdk", m.format("client"), "--ip",
+                   "10.99.0.2/24"]
+    else:   # Linux's TCP on loopback: the server's kernel transport and fp-loadgen's sockets
+        port = free_port()
+        srv_net = ["--net", "kernel", "--ip", "127.0.0.1", "--port", str(port)]
+        cli_net = ["--server", f"127.0.0.1:{port}"]
+    srv = start_with_stats([build / "apps" / "echo" / "fp-echo", "spin", "--native", *srv_net,
+                            "--cores", "0", "--idle", "poll", "--stats", name, "--flush-us",
+                            flush_us], build, name, "flush_bench")
     try:
-        deadline = time.time() + 20
-        while True:
-            if srv.poll() is not None:
-                raise SystemExit(f"flush_bench: fp-echo exited: {srv.stderr.read()[-400:]}")
-            r = subprocess.run([str(build / "tools" / "fp-stats"), "--name", name, "--totals"],
-                               capture_output=True, text=True)
-            if r.returncode == 0:
-                break
-            if time.time() > deadline:
-                raise SystemExit(f"flush_bench: no stats from fp-echo: {r.stderr.strip()}")
-            time.sleep(0.2)
         out = os.path.join(tmp, "lg.json")
         rate = int(round(load * 1e6 / mean_us(a.service)))
-        cli = subprocess.run([str(build / "apps" / "loadgen" / "fp-loadgen"), "--server",
-                              "10.99.0.1:7", "--proto", "spin", "--service", a.service, "--rate",
+        cli = subprocess.run([str(build / "apps" / "loadgen" / "fp-loadgen"), *cli_net,
+                              "--proto", "spin", "--service", a.service, "--rate",
                               str(rate), "--conns", str(CONNS), "--duration", str(a.duration),
                               "--warmup", "1", "--cores", "1", "--idle", "poll", "--stats", "none",
-                              "--quiet", "--json", out, "--dpdk", m.format("client"), "--ip",
-                              "10.99.0.2/24"], capture_output=True, text=True,
+                              "--quiet", "--json", out], capture_output=True, text=True,
                              timeout=a.duration * 20 + 120)
         if cli.returncode:
             raise SystemExit(f"flush_bench: fp-loadgen failed: {cli.stderr[-400:]}")
-        r = subprocess.run([str(build / "tools" / "fp-stats"), "--name", name, "--totals"],
-                           capture_output=True, text=True)
-        w = json.loads(r.stdout.strip().splitlines()[-1])["workers"][0]
+        w = fp_totals(build, name)[0]
         p = json.load(open(out))["points"][0]
     finally:
         stop_process(srv)
@@ -89,12 +82,16 @@ def main():
     ap.add_argument("--service", default="exp:10us", help="fp-loadgen --service (KIND:MEANus)")
     ap.add_argument("--flush-us", type=int, default=10)
     ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--net", choices=("memif", "kernel"), default="memif",
+                    help="memif (DPDK, root) or kernel: Linux's TCP on loopback, io_uring; "
+                    "its own per-request cost makes the same load heavier, so choose lower "
+                    "--loads there (e.g. 0.2,0.3)")
     ap.add_argument("--build", default=str(ROOT / "build" / "release"))
     ap.add_argument("--out", default=str(ROOT / "results" / "flush_bench"))
     a = ap.parse_args()
     a.loads = [float(x) for x in a.loads.split(",")]
-    if os.geteuid() != 0:
-        sys.exit("flush_bench: needs root (DPDK): run it with sudo")
+    if a.net == "memif" and os.geteuid() != 0:
+        sys.exit("flush_bench: --net memif needs root (DPDK): run it with sudo")
     build, out = pathlib.Path(a.build), pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -112,7 +109,8 @@ def main():
                                                      indent=1))
     now = datetime.datetime.now(datetime.timezone.utc)
     lines = [f"flush_bench, {now:%Y-%m-%d %H:%M} UTC: `{cmd.strip()}`; fp-echo spin --native "
-             f"(one partitioned worker, CPU 0) and fp-loadgen (CPU 1) over memif, {a.service}, "
+             f"(one partitioned worker, CPU 0) and fp-loadgen (CPU 1) over "
+             f"{'memif' if a.net == 'memif' else 'Linux TCP on loopback (io_uring)'}, {a.service}, "
              f"{CONNS} connections, {a.duration:g} s a point, {a.rounds} rounds interleaved; "
              "µs, median (min-max)", "",
              "| load | --flush-us | p50 | p90 | p99 | mean | invalid | mid-round sends per "

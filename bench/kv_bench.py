@@ -244,8 +244,9 @@ class Bench:
     def server_counters(self, server, w):
         """The server's counters so far: TCP retransmissions (flowplane's stack counter for
         fp-xdp, Linux's RetransSegs in the server's namespace, or the host's on loopback,
-        for the others) and, for flowplane's servers, its loop gaps (count, total ns)."""
-        c = {"rexmit": None, "gaps": None, "gap_ns": None}
+        for the others) and, for flowplane's servers, its loop gaps (count, total ns) and
+        the stalls among them (ns: gaps after an idle round, the core taken away)."""
+        c = {"rexmit": None, "gaps": None, "gap_ns": None, "stall_ns": None}
         if server != "memcached":
             r = subprocess.run([self.build / "tools" / "fp-stats", "--name", SRV_STATS,
                                 "--totals"], capture_output=True, text=True)
@@ -253,6 +254,7 @@ class Bench:
                 wks = json.loads(r.stdout)["workers"]
                 c["gaps"] = sum(wk.get("gaps", 0) for wk in wks)
                 c["gap_ns"] = sum(wk.get("gap_ns", 0) for wk in wks)
+                c["stall_ns"] = sum(wk.get("stall_ns", 0) for wk in wks)
                 if server == "fp-xdp":
                     c["rexmit"] = sum(wk["net"].get("tcp_rexmit", 0) for wk in wks)
         if server == "fp-xdp":
@@ -330,7 +332,7 @@ class Bench:
         r = summarize(j, sat, mc_sat, str(path))
         r["busy_at_saturation"] = busy
         for k, name in (("rexmit", "server_retransmits"), ("gaps", "server_loop_gaps"),
-                        ("gap_ns", "server_gap_ns")):
+                        ("gap_ns", "server_gap_ns"), ("stall_ns", "server_stall_ns")):
             r[name] = c1[k] - c0[k] if c0[k] is not None and c1[k] is not None else None
         r["measured_s"] = t1 - t0
         r["server_wait_share"] = (rd1 - rd0) / 1e9 / (t1 - t0) if rd0 is not None and \
@@ -587,6 +589,9 @@ def aggregate(rounds):
                "server_gap_share": spread([r["server_gap_ns"] / 1e9 / r["measured_s"]
                                            if r.get("server_gap_ns") is not None
                                            and r.get("measured_s") else None for r in rs]),
+               "server_stall_share": spread([r["server_stall_ns"] / 1e9 / r["measured_s"]
+                                             if r.get("server_stall_ns") is not None
+                                             and r.get("measured_s") else None for r in rs]),
                "server_loop_gaps": spread([r.get("server_loop_gaps") for r in rs]),
                "server_wait_share": spread([r.get("server_wait_share") for r in rs]),
                "client_gap_share": spread([r["client_gap_us"] / 1e6 / r["client_gap_s"]
@@ -670,7 +675,7 @@ def table(res):
                 out.append(f"| {name} | " + " | ".join(cells) + " |")
         out += ["", "Stalls and retransmissions (per server, over all rounds):", "",
                 "| server | steal time | server runnable, not running | ksoftirqd CPU "
-                "| server loop gaps > 50 µs (share of time) "
+                "| server loop gaps > 50 µs (share of time; of it, stalls after idle rounds) "
                 "| client loop gaps > 50 µs, share of time (stalls ≥ 0.5 ms per s) "
                 "| client send slip, worst point's p99 | invalid points "
                 "| server TCP retransmissions per 1k requests |",
@@ -680,7 +685,8 @@ def table(res):
             rx = fmt_spread(r["retransmits_per_1k"], lambda x: f"{x:.2f}")
             gaps = "not ours to count" if name == "memcached" else (
                 f"{fmt_spread(r['server_loop_gaps'], lambda x: f'{x:,.0f}')} "
-                f"({fmt_spread(r['server_gap_share'], lambda x: f'{x:.2%}')})")
+                f"({fmt_spread(r['server_gap_share'], lambda x: f'{x:.2%}')}; "
+                f"{fmt_spread(r.get('server_stall_share'), lambda x: f'{x:.2%}')})")
             pct = lambda x: f"{x:.1%}"   # noqa: E731
             out.append(f"| {name} | {steal} | {fmt_spread(r['server_wait_share'], pct)} | "
                        f"{fmt_spread(r['ksoftirqd_share'], pct)} | "

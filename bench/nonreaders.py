@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import shutil
 import socket
 import statistics
@@ -27,14 +26,12 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from benchlib import free_port, rss_kib  # noqa: E402
+
 BIG = 500_000
 ASKS = 40
 BEFORE = None   # --before
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
 
 
 def settle_rss(pid, limit_s=60):
@@ -45,12 +42,6 @@ def settle_rss(pid, limit_s=60):
         still = still + 1 if abs(now - last) < 1024 else 0
         last = now
     return last
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(kind, build):

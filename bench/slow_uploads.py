@@ -26,16 +26,10 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from benchlib import med, rss_kib  # noqa: E402
+from benchlib import free_port, med, rss_kib  # noqa: E402
 
 SERVERS = ["memcached", "fp-kv"]
 BIG = 500_000
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(kind, build):

@@ -36,6 +36,9 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from benchlib import free_port  # noqa: E402
+
 MODES = ("events", "threads", "pthreads")
 KV_MODES = ("events", "threads", "memcached")
 STYLE = {"events": [], "threads": ["--threads"], "pthreads": ["--pthreads"]}
@@ -45,12 +48,6 @@ def cpu_s(pid):
     with open(f"/proc/{pid}/stat") as f:
         v = f.read().rsplit(")", 1)[1].split()
     return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_accepting(srv, port, what):

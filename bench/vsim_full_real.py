@@ -38,7 +38,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tools"))
-from benchlib import med  # noqa: E402
+from benchlib import fp_totals, med, start_with_stats  # noqa: E402
 from netns import stop_process  # noqa: E402
 
 S_US = 10.0
@@ -60,11 +60,7 @@ def worker_sched(pid):
 
 
 def stats_totals(build, name):
-    r = subprocess.run([str(build / "tools" / "fp-stats"), "--name", name, "--totals"],
-                       capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(r.stderr.strip())
-    return json.loads(r.stdout.strip().splitlines()[-1])["workers"][0]
+    return fp_totals(build, name)[0]
 
 
 def gaps(out, seconds):
@@ -126,25 +122,12 @@ def real_sweep(build, a, tmp, rnd):
     sock = os.path.join(tmp, f"v{rnd}.sock")
     m = "--vdev=net_memif0,role={},socket=" + sock + ",socket-abstract=no"
     name = f"vfr{os.getpid()}"
-    srv = subprocess.Popen([str(build / "apps" / "echo" / "fp-echo"), "spin", "--native",
-                            "--dpdk", m.format("server"), "--ip", "10.99.0.1/24", "--cores", "0",
-                            "--idle", "poll", "--stats", name],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    srv = start_with_stats([build / "apps" / "echo" / "fp-echo", "spin", "--native", "--dpdk",
+                            m.format("server"), "--ip", "10.99.0.1/24", "--cores", "0",
+                            "--idle", "poll", "--stats", name], build, name, "vsim_full_real",
+                           ready=lambda p: worker_sched(p.pid))   # its thread named: it runs
     pts = []
     try:
-        deadline = time.time() + 20
-        while True:
-            if srv.poll() is not None:
-                raise SystemExit(f"vsim_full_real: fp-echo exited: {srv.stderr.read()[-400:]}")
-            try:
-                stats_totals(build, name)
-                if worker_sched(srv.pid):   # its thread is named once it runs
-                    break
-                raise RuntimeError("fp-w0 not named yet")
-            except (RuntimeError, ValueError, IndexError, KeyError):
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.2)
         out = os.path.join(tmp, "lg.json")
         for ld in a.loads:
             t0, w0, s0 = stats_totals(build, name), time.monotonic(), worker_sched(srv.pid)

@@ -312,7 +312,8 @@ void rt_ctl_interval(struct rt_ctl_acc *a, struct fp_rt_worker_stats *s, uint64_
 
 /* Loop-gap accounting (rt_stats.h): @awake_cycles is the time from one round's start to
  * the next's, time asleep left out. Both transports' loops call it once per round. */
-static inline void rt_gap_note(struct fp_rt_worker_stats *s, uint64_t awake_cycles)
+static inline void rt_gap_note(struct fp_rt_worker_stats *s, uint64_t awake_cycles,
+			       bool after_idle)
 {
 	uint64_t ns = fp_cycles_to_ns(awake_cycles);
 
@@ -321,6 +322,11 @@ static inline void rt_gap_note(struct fp_rt_worker_stats *s, uint64_t awake_cycl
 	s->gaps++;
 	s->gap_ns += ns;
 	s->gap_ns_hist[fp_rt_log2_bucket(ns)]++;
+	if (!after_idle)
+		return;
+	s->stalls++;   /* the round between did nothing: the time was taken */
+	s->stall_ns += ns;
+	s->stall_ns_hist[fp_rt_log2_bucket(ns)]++;
 }
 
 /*

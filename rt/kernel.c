@@ -679,13 +679,14 @@ static void kt_loop(struct kt *kt)
 {
 	struct fp_ctx *ctx = &kt->ctx;
 	uint64_t now = rt_now_us(), last_work_us = now, prev_t0 = 0, slept = 0;
+	bool prev_work = true;
 
 	while (!rt_ctx_stopping(ctx)) {
 		uint64_t timeout = kt_timeout_us(kt, now, last_work_us);
 		uint64_t t0 = fp_rdtsc();
 
 		if (prev_t0 && t0 - prev_t0 > slept)
-			rt_gap_note(ctx->stats, t0 - prev_t0 - slept);
+			rt_gap_note(ctx->stats, t0 - prev_t0 - slept, !prev_work);
 		prev_t0 = t0;
 
 		kt->round++;
@@ -708,6 +709,7 @@ static void kt_loop(struct kt *kt)
 		uint64_t t2 = fp_rdtsc();
 
 		kt_account(kt, work, timeout > 0, (unsigned)n, n_conds, t0, t1, t2, now);
+		prev_work = work;
 		rt_idle_round(&kt->budget, work, timeout > 0 ? t1 : t0, t2, kt->cfg->spin_us);
 		if (work)
 			last_work_us = now;

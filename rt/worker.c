@@ -811,6 +811,7 @@ static bool rt_round(struct rt_wk *w, uint64_t now, unsigned *batch)
 static void rt_loop(struct rt_wk *w)
 {
 	uint64_t prev_t0 = 0, slept_before = 0;
+	bool prev_busy = true;
 
 	if (w->burst) {   /* it starts parked: its core is the allocator's to grant */
 		w->ctx.no_steal = true;
@@ -823,10 +824,13 @@ static void rt_loop(struct rt_wk *w)
 		unsigned batch;
 
 		if (prev_t0 && t0 - prev_t0 > w->slept_cycles - slept_before)
-			rt_gap_note(w->ctx.stats, t0 - prev_t0 - (w->slept_cycles - slept_before));
+			rt_gap_note(w->ctx.stats, t0 - prev_t0 - (w->slept_cycles - slept_before),
+				    !prev_busy);
 		prev_t0 = t0;
 		slept_before = w->slept_cycles;
 		bool busy = rt_round(w, now, &batch);
+
+		prev_busy = busy;
 
 		/* unparked: noted before the next round, busy or not (rt_idle notes a park) */
 		if (fp_unlikely(w->parked_since_us) && w->steer && !w->burst &&

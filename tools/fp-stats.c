@@ -480,6 +480,12 @@ static void print_worker_totals(const struct fp_rt_stats_hdr *h, unsigned i,
 				 sizeof(w->flush_sends))
 		printf(",\"flush_chunks\":%llu,\"flush_sends\":%llu",
 		       (unsigned long long)w->flush_chunks, (unsigned long long)w->flush_sends);
+	if (h->worker_size >= offsetof(struct fp_rt_worker_stats, stall_ns_hist) +
+				 sizeof(w->stall_ns_hist)) {
+		printf(",\"stalls\":%llu,\"stall_ns\":%llu", (unsigned long long)w->stalls,
+		       (unsigned long long)w->stall_ns);
+		json_array("stall_ns_hist", w->stall_ns_hist, FP_RT_LOG2_BUCKETS);
+	}
 	putchar('}');
 }
 

@@ -222,6 +222,13 @@ struct fp_rt_worker_stats {
 	/* --flush-us (rt/api.c, a partitioned round in chunks): the handler's calls after the
 	 * first one of a round; what the handler sent, sent before the round's end */
 	uint64_t flush_chunks, flush_sends;
+
+	/* stalls: loop gaps (above) that followed an idle round, so nothing of ours ran in
+	 * them: the time was taken from the worker (the scheduler ran another thread on its
+	 * core, or the hypervisor another vCPU). A sample of what takes the core away: a
+	 * stall that lands in a busy round is only among the gaps. */
+	uint64_t stalls, stall_ns;
+	uint64_t stall_ns_hist[FP_RT_LOG2_BUCKETS];
 } fp_aligned_cache;
 
 /* Bucket of @v in a log2 histogram. */

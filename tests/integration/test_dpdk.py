@@ -229,3 +229,34 @@ def test_dpdk_absent_says_how(build_dir):
                         "--ip", "10.99.0.1/24", "--stats", "none"], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode != 0 and "install libdpdk-dev" in r.stderr, r.stderr
+
+
+def test_a_stopped_idle_dpdk_worker_counts_a_stall(build_dir, sockdir):
+    """The device workers' loop (rt/worker.c) counts stalls as the kernel transport's does:
+    a polling worker stopped with SIGSTOP for 0.3 s counts one of at least that long."""
+    if not have_dpdk(build_dir):
+        pytest.skip("no libdpdk-dev: test_dpdk_absent_says_how covers this build")
+    name = f"dstall{os.getpid()}"
+    srv = MemifServer(build_dir, os.path.join(sockdir, "fp4.sock"), "--idle", "poll", "--stats",
+                      name)
+
+    def totals():
+        r = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", name, "--totals"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])["workers"][0]
+
+    try:
+        time.sleep(0.3)
+        before = totals()
+        srv.p.send_signal(19)   # SIGSTOP
+        time.sleep(0.3)
+        srv.p.send_signal(18)   # SIGCONT
+        time.sleep(0.2)
+        after = totals()
+    finally:
+        srv.p.send_signal(18)
+        rc, err = srv.stop()
+    assert rc == 0, err
+    assert after["stalls"] > before["stalls"], (before, after)
+    assert after["stall_ns"] - before["stall_ns"] >= 250_000_000, (before, after)

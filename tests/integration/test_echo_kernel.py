@@ -543,3 +543,46 @@ def test_a_handler_that_never_returns_is_named(build_dir):
     assert p.returncode == 0, err
     lines = [ln for ln in err.splitlines() if "in one round of its loop" in ln]
     assert lines and "worker 0" in lines[0] and "does not preempt" in lines[0], err
+
+
+def test_a_stopped_idle_worker_counts_a_stall(build_dir):
+    """Loop gaps that follow an idle round are stalls (nothing of ours ran: the core was
+    taken): a polling worker stopped with SIGSTOP for 0.3 s counts one of at least that
+    long; a handler that spins 0.3 s makes a gap of that length but no stall."""
+    import struct
+
+    port, name = free_port(), f"stall{os.getpid()}"
+    p = subprocess.Popen([str(exe(build_dir)), "spin", "--ip", HOST, "--port", str(port),
+                          "--cores", SERVER_CORE, "--idle", "poll", "--stats", name],
+                         stderr=subprocess.PIPE, text=True)
+
+    def totals():
+        r = run([build_dir / "tools" / "fp-stats", "--name", name, "--totals"])
+        assert r.returncode == 0, r.stderr
+        (w,) = json.loads(r.stdout.strip().splitlines()[-1])["workers"]
+        return w
+
+    try:
+        wait_accepting(port, p)
+        time.sleep(0.2)
+        before = totals()
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGCONT)
+        time.sleep(0.2)
+        stopped = totals()
+        with socket.create_connection((HOST, port), 10) as s:
+            s.settimeout(30)
+            s.sendall(struct.pack("<IIQ", 0x4E495053, 16, 300_000_000))
+            assert len(recv_exact(s, 16)) == 16
+        time.sleep(0.2)
+        spun = totals()
+    finally:
+        p.send_signal(signal.SIGCONT)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert stopped["stalls"] > before["stalls"], (before, stopped)
+    assert stopped["stall_ns"] - before["stall_ns"] >= 250_000_000, (before, stopped)
+    assert spun["gap_ns"] - stopped["gap_ns"] >= 250_000_000, (stopped, spun)
+    assert spun["stall_ns"] - stopped["stall_ns"] < 250_000_000, (stopped, spun)

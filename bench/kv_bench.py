@@ -695,9 +695,10 @@ def table(res):
                        f"{r['slip_p99_max_us']:,.0f} µs | "
                        f"{r['invalid_points']} of {r['points']} | {rx} |")
         out += ["", "Loop gaps count rounds more than 50 µs apart, sleep left out: a long "
-                "round of work as well as a stall; those of 0.5 ms or more are stalls (the "
-                "core taken away). Stalls the guest cannot see are in docs/results.md "
-                "(bench/vcpu_gaps.py).", "",
+                "round of work as well as a stall. A server's stalls are its gaps that "
+                "followed an idle round (nothing of its own ran: the core was taken away); "
+                "a client's, its gaps of 0.5 ms or more. Stalls the guest cannot see are in "
+                "docs/results.md (bench/vcpu_gaps.py).", "",
                 "SLO throughput is interpolated between the two valid points around the "
                 "crossing (a second run places points inside that bracket). A ratio is a win "
                 "or a loss only when its whole range is on one side of 1. `*`: some round's "

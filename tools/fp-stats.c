@@ -31,7 +31,8 @@ static const char usage[] =
 	"queue depth at polls that found frames, drops by reason (nonzero only), TCP\n"
 	"connections and the application's ops/s; under --sched steal, the batches run at\n"
 	"home and stolen and the calls run for thieves per second, and with --notify ipi the\n"
-	"interrupts sent, handled and late (when any moved).\n"
+	"interrupts sent, handled and late (when any moved); stalls, the loop gaps that\n"
+	"followed an idle round (the core taken away), when there were any.\n"
 	"\n"
 	"  --name NAME      the run started with --stats NAME (default: the only one running)\n"
 	"  --interval SEC   seconds between views (default 1; fractions allowed)\n"
@@ -205,6 +206,9 @@ struct view {
 	 * interrupts sent, handled, late (per second) */
 	double local_s, stolen_s, remote_s, ipi_sent_s, ipi_handled_s, ipi_late_s;
 	bool sched_moved;
+	/* stalls (gaps after an idle round: the core taken) in the interval */
+	uint64_t stalls;
+	double stall_ms;
 };
 
 /* Smallest bucket holding the 99th percentile of the deltas @d[0..n); -1 when empty. */
@@ -270,6 +274,8 @@ static void make_view(const struct fp_rt_worker_stats *a, const struct fp_rt_wor
 	v->ipi_sent_s = (double)(b->ipi_sent - a->ipi_sent) / dt;
 	v->ipi_handled_s = (double)(b->ipi_handled - a->ipi_handled) / dt;
 	v->ipi_late_s = (double)(b->ipi_late - a->ipi_late) / dt;
+	v->stalls = b->stalls - a->stalls;
+	v->stall_ms = (double)(b->stall_ns - a->stall_ns) / 1e6;
 	v->sched_moved = b->sched_local != a->sched_local || b->sched_stolen != a->sched_stolen ||
 			 b->sched_remote_calls != a->sched_remote_calls ||
 			 b->ipi_sent != a->ipi_sent || b->ipi_handled != a->ipi_handled ||
@@ -328,6 +334,9 @@ static void print_table(const struct seg *s, const struct sample *a, const struc
 			printf("    sched/s: %.0f at home, %.0f stolen, %.0f calls for thieves; "
 			       "interrupts/s: %.0f sent, %.0f handled, %.0f late\n", v.local_s,
 			       v.stolen_s, v.remote_s, v.ipi_sent_s, v.ipi_handled_s, v.ipi_late_s);
+		if (v.stalls)
+			printf("    stalls: %llu, %.2f ms (the core taken while the worker idled)\n",
+			       (unsigned long long)v.stalls, v.stall_ms);
 		int n = drops_moved(h, &a->w[i], &b->w[i], names, counts, 32);
 		for (int k = 0; k < n; k++)
 			printf("%s%s %llu%s", k ? ", " : "    drops: ", names[k],
@@ -356,11 +365,12 @@ static void print_json(const struct seg *s, const struct sample *a, const struct
 		       "\"app_ops_per_s\":%.1f,\"sleeps_per_s\":%.1f,\"sched_local_per_s\":%.1f,"
 		       "\"sched_stolen_per_s\":%.1f,\"sched_remote_calls_per_s\":%.1f,"
 		       "\"ipi_sent_per_s\":%.1f,\"ipi_handled_per_s\":%.1f,\"ipi_late_per_s\":%.1f,"
-		       "\"drops\":{", i ? "," : "", i,
+		       "\"stalls\":%llu,\"stall_ms\":%.3f,\"drops\":{", i ? "," : "", i,
 		       b->w[i].core, v.rx_pps, v.rx_mbps, v.tx_pps, v.tx_mbps, v.busy_pct,
 		       v.batch_mean, v.batch_p99, (unsigned long long)v.loop_p99_ns, v.rxq_mean,
 		       (unsigned long long)v.conns, v.ops_s, v.sleeps_s, v.local_s, v.stolen_s,
-		       v.remote_s, v.ipi_sent_s, v.ipi_handled_s, v.ipi_late_s);
+		       v.remote_s, v.ipi_sent_s, v.ipi_handled_s, v.ipi_late_s,
+		       (unsigned long long)v.stalls, v.stall_ms);
 		int n = drops_moved(h, &a->w[i], &b->w[i], names, counts, 32);
 		for (int k = 0; k < n; k++)
 			printf("%s\"%s\":%llu", k ? "," : "", names[k], (unsigned long long)counts[k]);

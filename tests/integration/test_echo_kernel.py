@@ -577,6 +577,16 @@ def test_a_stopped_idle_worker_counts_a_stall(build_dir):
             assert len(recv_exact(s, 16)) == 16
         time.sleep(0.2)
         spun = totals()
+        # the live view names them: the worker stopped again and again while it watches
+        view = subprocess.Popen([str(build_dir / "tools" / "fp-stats"), "--name", name,
+                                 "--interval", "1", "--count", "1"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        while view.poll() is None:
+            p.send_signal(signal.SIGSTOP)
+            time.sleep(0.1)
+            p.send_signal(signal.SIGCONT)
+            time.sleep(0.1)
+        live, live_err = view.communicate(timeout=30)
     finally:
         p.send_signal(signal.SIGCONT)
         p.send_signal(signal.SIGINT)
@@ -586,3 +596,4 @@ def test_a_stopped_idle_worker_counts_a_stall(build_dir):
     assert stopped["stall_ns"] - before["stall_ns"] >= 250_000_000, (before, stopped)
     assert spun["gap_ns"] - stopped["gap_ns"] >= 250_000_000, (stopped, spun)
     assert spun["stall_ns"] - stopped["stall_ns"] < 250_000_000, (stopped, spun)
+    assert view.returncode == 0 and "    stalls: " in live, (live, live_err)

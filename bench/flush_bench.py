@@ -3,13 +3,15 @@
 batching) against sent once handlers ran --flush-us (rt/api.c, rt_ctx_round_chunked).
 
 fp-echo spin --native, one worker on CPU 0 (partitioned, polling), fp-loadgen (spin
-protocol, Poisson, 64 connections, open loop) on CPU 1, joined by DPDK's memif; each
+protocol, Poisson, 64 connections, open loop) on CPU 1, joined by DPDK's memif (or, with
+--net kernel, by Linux's TCP on loopback: the kernel transport, io_uring); each
 round runs every load with each setting, interleaved (A, B, A, B...); medians with
 min-max over rounds, and per round the ratio of the p99s (a win only when every round's
-ratio is on one side of 1). Root (DPDK); CPUs 0 and 1.
+ratio is on one side of 1). Root for memif (DPDK); CPUs 0 and 1.
 
     sudo .venv/bin/python bench/flush_bench.py [--rounds 5] [--loads 0.5,0.7]
-         [--service exp:10us] [--flush-us 10] [--duration 3] [--out DIR]
+         [--service exp:10us] [--flush-us 10] [--duration 3] [--net memif|kernel]
+         [--out DIR]
 
 Writes DIR/flush_bench.json and DIR/flush_bench.md (default results/flush_bench/).
 """

@@ -588,7 +588,11 @@ def test_chunked_rounds_on_the_kernel_transport(build_dir, tmp_path, io, style):
             "--port", port, "--cores", SERVER_CORE, "--flush-us", "1", "--stats", name]
     if style == "--native":
         args.insert(2, style)
-    p, ws, rc, out = pipelined_spin(build_dir, tmp_path, Spawned(args, port), port, name)
+    # 20k a second (the worker about a third busy): thousands of rounds with several
+    # requests, so some are cut and sent mid-round whatever the timing (at 1k, two rounds
+    # of two once, and no send: a first handler under 1 us)
+    p, ws, rc, out = pipelined_spin(build_dir, tmp_path, Spawned(args, port), port, name,
+                                    rate="20k")
     assert p["completed"] > 0, p
     assert sum(w["flush_chunks"] for w in ws) > 0 and sum(w["flush_sends"] for w in ws) > 0, ws
     assert rc == 0, out
@@ -613,13 +617,13 @@ def steal_server(build_dir, port, workers, cores, env=None, sched="steal", stats
         os.environ.update(old)
 
 
-def pipelined_spin(build_dir, tmp_path, s, port, name):
-    """Pipelined spin requests (depth 4, 64 connections, exp 5 us) against @s, stopped
-    after: the point (every reply its request's), the workers' statistics, the server's
-    exit status and output."""
+def pipelined_spin(build_dir, tmp_path, s, port, name, rate="1k"):
+    """Pipelined spin requests (depth 4, 64 connections, exp 5 us, @rate a second) against
+    @s, stopped after: the point (every reply its request's), the workers' statistics, the
+    server's exit status and output."""
     try:
         r, doc = loadgen(build_dir, tmp_path, "--server", f"{HOST}:{port}", "--proto", "spin",
-                         "--service", "exp:5us", "--rate", "1k", "--duration", "1",
+                         "--service", "exp:5us", "--rate", rate, "--duration", "1",
                          "--warmup", "0.2", "--conns", "64", "--depth", "4",
                          "--cores", CLIENT_CORE, *LENIENT, timeout=120)
         (p,) = assert_clean(r, doc)

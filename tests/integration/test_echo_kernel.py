@@ -594,6 +594,8 @@ def test_a_stopped_idle_worker_counts_a_stall(build_dir):
     assert p.returncode == 0, err
     assert stopped["stalls"] > before["stalls"], (before, stopped)
     assert stopped["stall_ns"] - before["stall_ns"] >= 250_000_000, (before, stopped)
-    assert spun["gap_ns"] - stopped["gap_ns"] >= 250_000_000, (stopped, spun)
-    assert spun["stall_ns"] - stopped["stall_ns"] < 250_000_000, (stopped, spun)
+    # every stall is also a gap: the gaps that were not stalls hold the 0.3 s handler,
+    # whatever else took the core meanwhile
+    assert (spun["gap_ns"] - stopped["gap_ns"]) - (spun["stall_ns"] - stopped["stall_ns"]) \
+        >= 250_000_000, (stopped, spun)
     assert view.returncode == 0 and "    stalls: " in live, (live, live_err)

@@ -115,15 +115,31 @@ struct fp_cond *rt_cond_push(struct fp_ctx *ctx)
  */
 unsigned rt_ctx_flush(struct fp_ctx *ctx)
 {
-	unsigned n = ctx->n_calls, i;
+	unsigned n = ctx->n_calls, n_run = n, i, k;
 	struct fp_call *tmp;
 	unsigned tcap;
 
 	if (!n)
 		return 0;
-	for (i = 0; i < n; i++)
-		if (!ctx->run->sh || !rt_steal_exec_close(ctx, &ctx->calls[i]))
+	if (!ctx->run->sh) {
+		for (i = 0; i < n; i++)
 			ctx->tops->exec(ctx, &ctx->calls[i]);
+	} else {   /* --sched steal: a flow's returns go with the flow (steal.c) */
+		for (i = k = 0; i < n; i++) {
+			enum rt_out o = rt_steal_exec_outside(ctx, &ctx->calls[i]);
+
+			if (o == RT_OUT_PLAIN)
+				ctx->tops->exec(ctx, &ctx->calls[i]);
+			if (o != RT_OUT_FLOW)
+				ctx->calls[k++] = ctx->calls[i];
+		}
+		ctx->stats->calls += n - k;
+		if (!k) {
+			ctx->n_calls = 0;
+			return n;
+		}
+		n = ctx->n_calls = k;
+	}
 	ctx->stats->calls += n;
 	if (ctx->n_rets) {
 		/* Returns not yet handed up (a timer's calls after a round's): append. */
@@ -132,7 +148,7 @@ unsigned rt_ctx_flush(struct fp_ctx *ctx)
 		memcpy(&ctx->rets[ctx->n_rets], ctx->calls, (size_t)n * sizeof(*ctx->calls));
 		ctx->n_rets += n;
 		ctx->n_calls = 0;
-		return n;
+		return n_run;
 	}
 	tmp = ctx->rets;
 	tcap = ctx->cap_rets;
@@ -142,7 +158,7 @@ unsigned rt_ctx_flush(struct fp_ctx *ctx)
 	ctx->calls = tmp;
 	ctx->cap_calls = tcap;
 	ctx->n_calls = 0;
-	return n;
+	return n_run;
 }
 
 unsigned rt_ctx_round(struct fp_ctx *ctx)

@@ -154,7 +154,13 @@ void rt_reserve(void **arr, unsigned *cap, unsigned need, size_t size);
 int rt_steal_setup(struct rt_run *run);
 void rt_steal_teardown(struct rt_run *run);
 unsigned rt_steal_round(struct fp_ctx *ctx);
-bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c);
+/* What rt_steal_exec_outside did with a call queued outside a flow's batches. */
+enum rt_out {
+	RT_OUT_PLAIN,   /* nothing: execute it, its return goes up with the next round */
+	RT_OUT_DONE,    /* executed (or kept for later); its return goes up as usual */
+	RT_OUT_FLOW,    /* executed; its return goes with the flow's next batch */
+};
+enum rt_out rt_steal_exec_outside(struct fp_ctx *ctx, struct fp_call *c);
 bool rt_steal_pending(const struct fp_ctx *ctx);
 unsigned rt_app_steal_round(struct fp_ctx *ctx);
 bool rt_steal_home_work(struct fp_ctx *ctx);

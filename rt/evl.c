@@ -52,7 +52,7 @@ static struct fp_evl_conn *evl_conn_new(struct fp_evl *evl, enum evl_state state
 
 	if (!c)
 		return NULL;
-	c->evl = evl;
+	c->evl = c->home = evl;
 	c->state = (uint8_t)state;
 	c->born = evl->round;
 	c->next = evl->conns;
@@ -65,7 +65,7 @@ static struct fp_evl_conn *evl_conn_new(struct fp_evl *evl, enum evl_state state
 
 static void evl_conn_free(struct fp_evl_conn *c)
 {
-	struct fp_evl *evl = c->evl;
+	struct fp_evl *evl = c->home;
 
 	evl_conn_io_free(c);
 	if (c->prev)
@@ -90,7 +90,9 @@ void evl_mark_dirty(struct fp_evl_conn *c)
 /* Free @c at the end of this round if nothing in flight names it any more. */
 static void evl_maybe_reap(struct fp_evl_conn *c)
 {
-	if (c->state != EVL_RELEASED || c->inflight || c->reaping)
+	/* not by a thief: the return of a close it queued comes home (steal.c), so a
+	 * connection it runs is never released with nothing in flight */
+	if (c->state != EVL_RELEASED || c->inflight || c->reaping || c->evl != c->home)
 		return;
 	c->reaping = true;
 	c->reap_next = c->evl->reap;
@@ -132,6 +134,16 @@ void evl_fail(struct fp_evl_conn *c, int status, uint16_t type)
 	}
 }
 
+/* --sched steal: whether something waits for the return of @c's sendv, so that it must
+ * come without a new event (fp_flow_returns_soon): a close behind the output, output
+ * behind the sendv, input held back for room, or (an application told when the output
+ * drains) input left unread, perhaps until then. */
+static bool evl_waits_for_sendv(const struct fp_evl_conn *c)
+{
+	return c->closing || c->pending > c->offered || c->out_full || c->rx_paused ||
+	       c->hold_n || (c->evl->ops->drained && c->rx_len);
+}
+
 /* Step 3 for one connection: waiting input, recv_done, sendv, close when drained. */
 static void evl_flush_conn(struct fp_evl_conn *c)
 {
@@ -151,6 +163,8 @@ static void evl_flush_conn(struct fp_evl_conn *c)
 	evl_send(c);
 	if (c->closing && !c->pending && !c->sendv_inflight)
 		evl_release(c, FP_CALL_CLOSE);
+	else if (c->home->steal && c->sendv_inflight && evl_waits_for_sendv(c))
+		fp_flow_returns_soon(c->evl->ctx, c->flow);
 }
 
 void evl_flush_dirty(struct fp_evl *evl)
@@ -177,12 +191,41 @@ void evl_flush_dirty(struct fp_evl *evl)
 
 /* ---- returns ---- */
 
+/*
+ * --sched steal: @c's batch runs on this worker (a thief) though it lives on another.
+ * For the batch, what it touches of a worker is this one's (c->evl: the calls it queues,
+ * which steal.c sends home, the dirty list, output chunks, the arena); what it is on
+ * stays its home's (c->home: the connection list, the reap, the output total). The
+ * batch's end gives it back (evl_visits_end). Only one worker runs a flow's batch at a
+ * time, and its home touches it outside them only while fp_flow_busy() says it may.
+ */
+static void evl_visit(struct fp_evl *evl, struct fp_evl_conn *c)
+{
+	c->evl = evl;
+	c->resumed_at = 0;   /* a count of this evl's flushes, not of its home's */
+	c->visit_next = evl->visiting;
+	evl->visiting = c;
+}
+
+static void evl_visits_end(struct fp_evl *evl)
+{
+	struct fp_evl_conn *c;
+
+	while ((c = evl->visiting)) {
+		evl->visiting = c->visit_next;
+		c->evl = c->home;
+		c->resumed_at = 0;
+	}
+}
+
 static void evl_ret_conn(struct fp_evl *evl, const struct fp_call *r)
 {
 	struct fp_evl_conn *c = (struct fp_evl_conn *)(uintptr_t)r->cookie;
 
 	if (!c)
 		return;
+	if (c->evl != evl)
+		evl_visit(evl, c);
 	c->inflight--;
 	switch (r->type) {
 	case FP_CALL_SENDV:
@@ -359,6 +402,8 @@ static void evl_cond(struct fp_evl *evl, const struct fp_cond *k)
 			fp_close(evl->ctx, k->flow);
 		return;
 	}
+	if (c->evl != evl)
+		evl_visit(evl, c);
 	switch (k->type) {
 	case FP_COND_CONNECTED:
 		evl_connected(evl, c, k);
@@ -420,6 +465,7 @@ static int evl_init(struct fp_ctx *ctx, void *arg)
 	rx_max = ops->max_unread ? ops->max_unread : evl->max_pending;
 	evl->rx_max = rx_max < EVL_RX_CAP ? (uint32_t)rx_max : EVL_RX_CAP;
 	evl->out_budget = ops->max_total_pending / (ctx->n_workers ? ctx->n_workers : 1);
+	evl->steal = ctx->run->sh != NULL;
 	fp_ctx_set_user(ctx, evl);
 	rc = ops->init ? ops->init(evl, arg) : 0;
 	if (rc) {
@@ -450,6 +496,8 @@ static void evl_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned
 		evl_cond(evl, &conds[i]);
 	evl_flush_dirty(evl);
 	evl->in_handle = false;
+	if (evl->visiting)
+		evl_visits_end(evl);
 
 	while ((c = evl->reap)) {
 		evl->reap = c->reap_next;
@@ -461,7 +509,7 @@ static void evl_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned
 	 * (they keep what was freed: a burst of slow readers would hold its peak forever):
 	 * every 8 MiB freed, and whatever was freed once no output is left. */
 	if (evl->freed_since_trim >= EVL_TRIM_BYTES ||
-	    (evl->freed_since_trim && !evl->out_total)) {
+	    (evl->freed_since_trim && !evl_out_total(evl))) {
 		evl->freed_since_trim = 0;
 		fp_heap_trim();
 	}
@@ -560,7 +608,7 @@ static void evl_flow_leave(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t co
 		return;   /* a listener's cookie: the flow was never this layer's */
 	if (evl->ops->leaving && !c->app_gone)   /* closed by it: no longer its business */
 		evl->ops->leaving(c);
-	evl->out_total -= evl_out_held(c);
+	evl_out_sub(c, evl_out_held(c));
 	if (c->dirty)
 		unlink_from(&evl->dirty, c, false);
 	if (c->reaping)
@@ -572,7 +620,7 @@ static void evl_flow_leave(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t co
 	if (c->next)
 		c->next->prev = c->prev;
 	evl->n_conns--;
-	c->evl = NULL;
+	c->evl = c->home = NULL;
 }
 
 /* fp_app.flow_arrive, on the new worker before its next round. */
@@ -584,7 +632,7 @@ static void evl_flow_arrive(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t c
 	(void)flow;
 	if (!evl || !c || (cookie & EVL_LISTENER_TAG) || c->evl)
 		return;
-	c->evl = evl;
+	c->evl = c->home = evl;
 	/* not one of this round's new connections (evl_knocked scans those at the head) */
 	c->born = evl->round;
 	c->prev = NULL;
@@ -593,7 +641,7 @@ static void evl_flow_arrive(struct fp_ctx *ctx, struct fp_flow *flow, uint64_t c
 		evl->conns->prev = c;
 	evl->conns = c;
 	evl->n_conns++;
-	evl->out_total += evl_out_held(c);
+	evl_out_add(c, evl_out_held(c));
 	if (c->dirty) {
 		c->dirty_next = evl->dirty;
 		evl->dirty = c;
@@ -616,6 +664,7 @@ void fp_evl_app(struct fp_app *app, const struct fp_evl_ops *ops, void *arg)
 	app->poll = ops->poll ? evl_poll : NULL;
 	app->arg = arg;
 	app->layer = ops;
+	app->steal_safe = ops->steal_safe;
 	if (ops->movable) {
 		app->flow_leave = evl_flow_leave;
 		app->flow_arrive = evl_flow_arrive;
@@ -633,7 +682,7 @@ struct fp_ctx *fp_evl_ctx(struct fp_evl *evl) { return evl->ctx; }
 void *fp_evl_user(const struct fp_evl *evl) { return evl->user; }
 void fp_evl_set_user(struct fp_evl *evl, void *user) { evl->user = user; }
 unsigned fp_evl_conns(const struct fp_evl *evl) { return evl->n_conns; }
-size_t fp_evl_out_total(const struct fp_evl *evl) { return evl->out_total; }
+size_t fp_evl_out_total(const struct fp_evl *evl) { return evl_out_total(evl); }
 uint64_t fp_evl_out_refused(const struct fp_evl *evl) { return evl->out_refused; }
 
 void fp_evl_listen(struct fp_evl *evl, uint16_t port, void *larg)
@@ -696,6 +745,12 @@ void fp_evl_abort(struct fp_evl_conn *c)
 void *fp_evl_conn_user(const struct fp_evl_conn *c) { return c->user; }
 void fp_evl_conn_set_user(struct fp_evl_conn *c, void *user) { c->user = user; }
 struct fp_evl *fp_evl_of(const struct fp_evl_conn *c) { return c->evl; }
+
+bool fp_evl_conn_busy(const struct fp_evl_conn *c)
+{
+	return c->home && c->home->steal && c->state == EVL_OPEN && c->flow &&
+	       fp_flow_busy(c->home->ctx, c->flow);
+}
 uint32_t fp_evl_conn_raddr(const struct fp_evl_conn *c) { return c->raddr; }
 uint16_t fp_evl_conn_rport(const struct fp_evl_conn *c) { return c->rport; }
 

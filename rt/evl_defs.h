@@ -49,7 +49,10 @@ struct evl_seg {
 };
 
 struct fp_evl_conn {
-	struct fp_evl *evl;
+	struct fp_evl *evl;              /* the worker running it now: its home's, or under
+					  * --sched steal a thief's, for one batch */
+	struct fp_evl *home;             /* its worker: the lists it is on, its output's
+					  * share of the budget */
 	struct fp_flow *flow;
 	void *user;
 	uint8_t state;                   /* enum evl_state */
@@ -88,6 +91,7 @@ struct fp_evl_conn {
 
 	struct fp_evl_conn *next, *prev; /* every connection of the worker */
 	struct fp_evl_conn *dirty_next, *reap_next;
+	struct fp_evl_conn *visit_next;  /* on the running evl's visitors (--sched steal) */
 };
 
 struct evl_listener {
@@ -113,14 +117,19 @@ struct fp_evl {
 						    * application touches waits for the
 						    * flush (the dirty list) */
 	bool flushing;
+	bool steal;                                /* --sched steal: batches of other
+						    * workers' connections run here */
 	uint64_t flushes;                          /* evl_flush_dirty calls so far */
 	uint64_t round;                            /* handler calls so far */
 	unsigned n_conns;
 	struct fp_evl_conn *conns;                 /* all, including released ones */
 	struct fp_evl_conn *dirty, *reap;
+	struct fp_evl_conn *visiting;              /* others' connections in this batch */
 	struct evl_chunk *free_chunks;
 	unsigned n_free_chunks;
-	size_t out_total;                          /* output bytes pending, all connections */
+	size_t out_total;                          /* output bytes pending, all of its
+						    * connections (atomic under steal:
+						    * evl_out_add) */
 	size_t out_budget;                         /* this worker's share of
 						    * ops->max_total_pending; 0: none */
 	uint64_t out_refused;                      /* writes refused for the budget */
@@ -129,6 +138,29 @@ struct fp_evl {
 	struct evl_block *arena, *arena_cur;       /* blocks in order; allocating in cur */
 	uint64_t udp_send_errors;
 } fp_aligned_cache;
+
+/* @c's output held grew (or shrank) by @n bytes: its home's total. Under --sched steal
+ * a thief writing to, or draining, a connection it runs counts there too. */
+static inline void evl_out_add(struct fp_evl_conn *c, size_t n)
+{
+	if (c->home->steal)
+		__atomic_fetch_add(&c->home->out_total, n, __ATOMIC_RELAXED);
+	else
+		c->home->out_total += n;
+}
+
+static inline void evl_out_sub(struct fp_evl_conn *c, size_t n)
+{
+	if (c->home->steal)
+		__atomic_fetch_sub(&c->home->out_total, n, __ATOMIC_RELAXED);
+	else
+		c->home->out_total -= n;
+}
+
+static inline size_t evl_out_total(const struct fp_evl *home)
+{
+	return __atomic_load_n(&home->out_total, __ATOMIC_RELAXED);
+}
 
 /* ---- evl.c ---- */
 

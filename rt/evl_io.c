@@ -185,7 +185,7 @@ void evl_conn_io_free(struct fp_evl_conn *c)
 {
 	struct evl_chunk *ch, *next;
 
-	c->evl->out_total -= evl_out_held(c);
+	evl_out_sub(c, evl_out_held(c));
 	for (ch = c->head; ch; ch = next) {
 		next = ch->next;
 		evl_chunk_put(c->evl, ch);
@@ -210,7 +210,7 @@ static void evl_out_advance(struct fp_evl_conn *c, size_t n)
 		c->head_off += take;
 		c->pending -= take;
 		if (!ch->ref)
-			c->evl->out_total -= take;   /* a reference holds no memory */
+			evl_out_sub(c, take);   /* a reference holds no memory */
 		n -= take;
 		if (c->head_off == ch->len) {
 			c->head = ch->next;
@@ -268,7 +268,7 @@ static int evl_out_append(struct fp_evl_conn *c, const struct iovec *iov, unsign
 		}
 	}
 	c->pending += len;
-	evl->out_total += len;
+	evl_out_add(c, len);
 	return 0;
 }
 
@@ -445,7 +445,8 @@ static int evl_write(struct fp_evl_conn *c, const struct iovec *iov, unsigned ni
 	 * to an empty output is exempt, so the whole must fit unless it is that piece. */
 	bool exempt = !c->pending && (niov == 0 || len == iov[0].iov_len);
 
-	if (!ref && evl->out_budget && !exempt && evl->out_total + len > evl->out_budget) {
+	if (!ref && evl->out_budget && !exempt &&
+	    evl_out_total(c->home) + len > evl->out_budget) {
 		c->out_full = true;
 		evl->out_refused++;
 		return -ENOBUFS;
@@ -488,7 +489,8 @@ size_t fp_evl_room(const struct fp_evl_conn *c)
 	size_t room = c->pending < evl->max_pending ? evl->max_pending - c->pending : 0;
 
 	if (evl->out_budget && c->pending) {
-		size_t left = evl->out_total < evl->out_budget ? evl->out_budget - evl->out_total : 0;
+		size_t total = evl_out_total(c->home);
+		size_t left = total < evl->out_budget ? evl->out_budget - total : 0;
 		room = room < left ? room : left;
 	}
 	return room;

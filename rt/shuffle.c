@@ -209,6 +209,11 @@ bool fp_shuf_post(struct fp_shuf *s, struct fp_shuf_flow *f, struct fp_shuf_ev *
 	return flow_publish(s, f, now);
 }
 
+bool fp_shuf_kick(struct fp_shuf *s, struct fp_shuf_flow *f, uint64_t now)
+{
+	return f->state == FP_SHUF_IDLE && flow_publish(s, f, now);
+}
+
 struct fp_shuf_flow *fp_shuf_take(struct fp_shuf *s, unsigned self)
 {
 	struct fp_shuf_flow *f = ring_pop(&s->wk[self].ready);

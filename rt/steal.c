@@ -32,8 +32,11 @@
  *
  * The returns of a flow's last batch (one that closed it) come back with the home's next
  * ordinary round, so the application learns when its memory is no longer referenced.
- * A CLOSE or ABORT queued from elsewhere (a timer) while the flow runs on another worker
- * waits until the flow comes home. Workers poll (--idle poll): a worker that slept could
+ * Calls on a flow queued outside its batches (an ordinary round's ACCEPT and what accept()
+ * wrote, a timer's writes) execute on the home at once, but their returns go with the
+ * flow to its next batch (rt_steal_exec_outside), never up beside a batch a thief runs;
+ * a CLOSE or ABORT queued so while the flow is queued or running waits until it is done.
+ * Workers poll (--idle poll): a worker that slept could
  * not steal, and its flows could not be stolen before it woke.
  */
 
@@ -64,6 +67,8 @@ struct rt_sflow {
 	struct rt_sflow *hnext;       /* home's table chain */
 	struct rt_sflow *dnext;       /* on the home's deferred list (--notify ipi) */
 	bool closed;                  /* CLOSE or ABORT executed: drop what is still queued */
+	bool prompt;                  /* its batch's returns are wanted without an event
+				       * (fp_flow_returns_soon) */
 	bool close_waiting;           /* a CLOSE/ABORT from elsewhere waits for the flow */
 	struct fp_call waiting;
 	/* the calls a thief queued, executed at home */
@@ -74,6 +79,10 @@ struct rt_sflow {
 	/* the returns of the last batch's calls, for the next batch */
 	struct fp_call *rets;
 	unsigned n_rets, cap_rets;
+	/* returns of calls made outside the flow's batches while one was queued or running,
+	 * kept here (home only) until it is done, then handed to the next */
+	struct fp_call *later;
+	unsigned n_later, cap_later;
 };
 
 /* Per worker, touched by that worker only. */
@@ -84,6 +93,7 @@ struct rt_steal_wk {
 	unsigned n_free_ev;
 	struct rt_sflow *deferred;    /* came home during an interrupt that could not run
 				       * their calls (--notify ipi): step 1 runs them first */
+	struct rt_sflow *running;     /* the flow whose batch the handler runs now */
 	struct fp_cond *conds;        /* a batch's conditions, built for the handler */
 	unsigned cap_conds;
 	uint64_t stolen_runs, local_runs, remote_calls;
@@ -143,6 +153,7 @@ static void flow_forget(struct rt_steal_wk *w, struct rt_sflow *s)
 	free(s->calls);
 	free(s->iov);
 	free(s->rets);
+	free(s->later);
 	free(s);
 }
 
@@ -236,7 +247,16 @@ static void rets_to_home(struct fp_ctx *ctx, const struct fp_call *r, unsigned n
  * returns go up with the home's next round), any other becomes idle or ready again. */
 static void finish(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s)
 {
+	bool later = s->n_later > 0, prompt = s->prompt && s->n_rets;
+
 	ev_free_list(w, &s->sf.batch);
+	if (later) {   /* after this batch's own returns, before the close's */
+		rt_reserve((void **)&s->rets, &s->cap_rets, s->n_rets + s->n_later,
+			   sizeof(*s->rets));
+		memcpy(s->rets + s->n_rets, s->later, s->n_later * sizeof(*s->rets));
+		s->n_rets += s->n_later;
+		s->n_later = 0;
+	}
 	if (s->close_waiting && !s->closed) {
 		s->close_waiting = false;
 		exec_flow_calls(ctx, s, &s->waiting, 1);
@@ -247,7 +267,8 @@ static void finish(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s
 		flow_forget(w, s);
 		return;
 	}
-	fp_shuf_complete(ctx->run->sh, &s->sf, ctx->now_us);
+	if (!fp_shuf_complete(ctx->run->sh, &s->sf, ctx->now_us) && (later || prompt))
+		fp_shuf_kick(ctx->run->sh, &s->sf, ctx->now_us);   /* they are its news */
 }
 
 /* Run @s's batch on this worker: its conditions and its returns to the handler. At home
@@ -261,6 +282,8 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	for (struct fp_shuf_ev *e = s->sf.batch.head; e; e = e->next)
 		w->conds[n++] = fp_container_of(e, struct rt_sev, link)->c;
 	s->n_rets = 0;
+	s->prompt = false;
+	w->running = s;
 	if (ctx->run->ipi) {   /* the one place an interrupt may cut in (ipi.c), here or stolen */
 		rt_ipi_enter(ctx);
 		ctx->run->app->handle(ctx, w->conds, n, s->rets, n_rets);
@@ -268,6 +291,7 @@ static void run_flow(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow 
 	} else {
 		ctx->run->app->handle(ctx, w->conds, n, s->rets, n_rets);
 	}
+	w->running = NULL;
 	ctx->stats->conds += n;
 	if (home) {
 		w->local_runs++;
@@ -471,28 +495,78 @@ bool rt_steal_pending(const struct fp_ctx *ctx)
 	       ctx->run->swk[me].deferred || (!ctx->no_steal && fp_shuf_any_ready(sh, me));
 }
 
-/* A CLOSE or ABORT from outside a flow's batch (a timer, another handler) for a flow
- * that is running elsewhere waits until it is home. True when it was taken here. */
-bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c)
+/*
+ * A call on an established flow queued outside the flow's batches: in an ordinary round
+ * (a KNOCK's ACCEPT, what accept() wrote), a timer or a poll, on the home. It executes
+ * here, but its return must not reach the application beside a batch of the same flow
+ * that a thief runs meanwhile: it goes with the flow, to its next batch (an idle flow
+ * becomes ready for it, with no event), and so reaches the handler in order with the
+ * flow's own returns and conditions, on one worker at a time. A CLOSE or ABORT for a
+ * flow that is queued or running waits until it is done; on an idle one it runs at once
+ * and the flow's returns still held go up with the home's next round, before its own.
+ * RT_OUT_PLAIN: not this layer's (no record, or no flow call): execute it as usual.
+ */
+enum rt_out rt_steal_exec_outside(struct fp_ctx *ctx, struct fp_call *c)
 {
 	struct rt_steal_wk *w = &ctx->run->swk[ctx->worker];
 	struct rt_sflow *s;
 
-	if (!closes(c) || !(s = flow_find(w, c->flow)))
-		return false;
+	switch (c->type) {
+	case FP_CALL_ACCEPT: case FP_CALL_SENDV: case FP_CALL_RECV_DONE:
+	case FP_CALL_SHUTDOWN:
+		/* a record made now, if there is room: a condition of the flow's next round
+		 * would be posted to it before this return went up */
+		if (!(s = flow_get(ctx->run, w, ctx->worker, c->flow)))
+			return RT_OUT_PLAIN;
+		ctx->tops->exec(ctx, c);
+		if (s->sf.state == FP_SHUF_IDLE) {
+			rt_reserve((void **)&s->rets, &s->cap_rets, s->n_rets + 1, sizeof(*s->rets));
+			s->rets[s->n_rets++] = *c;
+			fp_shuf_kick(ctx->run->sh, &s->sf, ctx->now_us);
+		} else {
+			rt_reserve((void **)&s->later, &s->cap_later, s->n_later + 1,
+				   sizeof(*s->later));
+			s->later[s->n_later++] = *c;
+		}
+		return RT_OUT_FLOW;
+	case FP_CALL_CLOSE: case FP_CALL_ABORT:
+		break;
+	default:
+		return RT_OUT_PLAIN;
+	}
+	if (!(s = flow_find(w, c->flow)))
+		return RT_OUT_PLAIN;
 	if (s->sf.state == FP_SHUF_IDLE) {
 		ctx->tops->exec(ctx, c);
 		s->closed = true;
 		ev_free_list(w, &s->sf.inbox);
+		rets_to_home(ctx, s->rets, s->n_rets);
 		flow_forget(w, s);
-		return true;
+		return RT_OUT_DONE;
 	}
 	if (!s->close_waiting) {
 		s->close_waiting = true;
 		s->waiting = *c;
 	}
 	c->ret = 0;
-	return true;
+	return RT_OUT_DONE;
+}
+
+void fp_flow_returns_soon(struct fp_ctx *ctx, const struct fp_flow *f)
+{
+	struct rt_sflow *s;
+
+	if (ctx->run->sh && (s = ctx->run->swk[ctx->worker].running) && s->flow == f)
+		s->prompt = true;
+}
+
+bool fp_flow_busy(struct fp_ctx *ctx, const struct fp_flow *f)
+{
+	struct rt_sflow *s;
+
+	if (!ctx->run->sh || !f || !(s = flow_find(&ctx->run->swk[ctx->worker], f)))
+		return false;
+	return s->sf.state != FP_SHUF_IDLE;
 }
 
 /* ---- --notify ipi: inside the signal handler (ipi.c) ---- */
@@ -502,7 +576,8 @@ bool rt_steal_exec_close(struct fp_ctx *ctx, struct fp_call *c)
  * (the thief made the room), and the transport has room for what they send. */
 static bool irq_runnable(struct fp_ctx *ctx, const struct rt_sflow *s)
 {
-	if (s->closed || s->close_waiting || s->n_rets + s->n_calls > s->cap_rets ||
+	if (s->closed || s->close_waiting || s->n_later ||
+	    s->n_rets + s->n_calls > s->cap_rets ||
 	    ctx->run->ipi_hold)
 		return false;
 	for (unsigned i = 0; i < s->n_calls; i++)

@@ -72,6 +72,7 @@ static const struct fp_evl_ops srv_ops = {
 	.max_pending = ECHO_MAX_PENDING,
 	.max_unread = ECHO_MAX_UNREAD,  /* echoed piecewise: no request needs to be whole */
 	.movable = true,                /* nothing per worker: a connection may change worker */
+	.steal_safe = true,             /* and its callbacks may run on any (--sched steal) */
 };
 
 int echo_server_run(const struct echo_opts *o)

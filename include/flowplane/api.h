@@ -122,7 +122,11 @@ struct fp_app {
 	 * (rt/steal.c). It promises that, given one flow's conditions, it queues calls
 	 * only for that flow and touches only that flow's state (its cookie), so two
 	 * workers may run it at once for different flows; and that it frees a flow's
-	 * state only once the returns of the CLOSE or ABORT it queued have come back. */
+	 * state only once the returns of the CLOSE or ABORT it queued have come back.
+	 * What the home queues on a flow outside its batches (in an ordinary round, a
+	 * timer) executes at once, and its return comes with the flow's next batch; the
+	 * home touches a flow's state outside its batches only while fp_flow_busy() is
+	 * false. */
 	bool steal_safe;
 	/* Flow-group migration (IX; rt/steer.c): an application's flows may move to another
 	 * worker, their returns with them, if it is steal-safe or has both hooks. @flow_leave
@@ -146,6 +150,17 @@ struct fp_app {
 	unsigned (*steal)(struct fp_ctx *ctx);
 	void (*ready)(struct fp_ctx *ctx, uint64_t *put, uint64_t *taken);
 };
+
+/* --sched steal, on @f's home outside its batches: whether a batch of @f's is queued or
+ * running (here or on another worker), so that its state is not this code's to touch
+ * now. False when not stealing. It changes only on the home, between its rounds. */
+bool fp_flow_busy(struct fp_ctx *ctx, const struct fp_flow *f);
+
+/* --sched steal, in a batch of @f's: its returns are wanted even if no event comes for
+ * @f (a close waits for its output to drain, input for room): they come in a batch of
+ * their own, as they would next round when not stealing. Without it they come with
+ * @f's next event. A no-op elsewhere. */
+void fp_flow_returns_soon(struct fp_ctx *ctx, const struct fp_flow *f);
 
 /* ---- batched calls: queued now, executed in order when the handler returns ---- */
 

@@ -94,6 +94,15 @@ struct fp_evl_ops {
 	 * and must close it (fp_evl_close/abort) itself. Default: it closes after the
 	 * callback (the "Lifetime" rule above). */
 	bool half_close;
+	/* --sched steal (ZygOS; rt/steal.c): a connection's callbacks may run on any
+	 * worker, one batch of its events at a time, in order (fp_evl_of(c) is then the
+	 * worker running it). The application promises what fp_app.steal_safe says: a
+	 * callback touches only its own connection's state (its user pointer) and what it
+	 * guards itself; per-worker state is that of fp_evl_of(c). Outside its callbacks
+	 * (a timer, poll, another connection's callback) it touches a connection only
+	 * when fp_evl_conn_busy() is false, on the connection's own worker; connections
+	 * are still accepted, closed and freed on their own worker. */
+	bool steal_safe;
 	/* --sched steal for a layer that balances its own work (tsock.c's threads): fp_app's
 	 * work_pending, steal and ready (api.h), with this worker's evl. All three or none. */
 	bool (*work_pending)(struct fp_evl *evl, bool may_steal);
@@ -156,6 +165,11 @@ void fp_evl_abort(struct fp_evl_conn *c);
 void *fp_evl_conn_user(const struct fp_evl_conn *c);
 void fp_evl_conn_set_user(struct fp_evl_conn *c, void *user);
 struct fp_evl *fp_evl_of(const struct fp_evl_conn *c);
+/* --sched steal, on @c's own worker outside @c's callbacks: whether a batch of @c's events
+ * is queued or running (perhaps elsewhere), so that @c is not to be touched now (try
+ * again later: it is a fact of the home's, and changes only between its rounds). False
+ * when not stealing. */
+bool fp_evl_conn_busy(const struct fp_evl_conn *c);
 uint32_t fp_evl_conn_raddr(const struct fp_evl_conn *c);
 uint16_t fp_evl_conn_rport(const struct fp_evl_conn *c);
 

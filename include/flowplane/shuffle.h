@@ -126,6 +126,11 @@ void fp_shuf_flow_init(struct fp_shuf_flow *f, unsigned home);
 bool fp_shuf_post(struct fp_shuf *s, struct fp_shuf_flow *f, struct fp_shuf_ev *ev,
 		  uint64_t now);
 
+/* Home only: @f has something for its next batch that is no event (returns of calls
+ * made outside its batches). An idle flow becomes ready with an empty batch (true);
+ * a busy one is left as it is. */
+bool fp_shuf_kick(struct fp_shuf *s, struct fp_shuf_flow *f, uint64_t now);
+
 /* Take the oldest ready flow of worker @self's own queue, or NULL. */
 struct fp_shuf_flow *fp_shuf_take(struct fp_shuf *s, unsigned self);
 

@@ -123,6 +123,18 @@ def fp_pserver(build_dir):
 
 
 @pytest.fixture(scope="module")
+def fp_server_stolen(build_dir):
+    """`fp-echo server` (event callbacks, steal-safe) on two workers under --sched steal
+    with FP_RT_STEAL_FORCE: every batch of every connection runs its callbacks on the other
+    worker, whose evl lends it its dirty list and chunks; its calls run at home, and the
+    returns of what the home queued for it (the ACCEPT) come with its next batch."""
+    yield from serving(build_dir, ["server", "--net", "kernel", "--stats", "none",
+                                   "--workers", "2", "--cores", f"{SERVER_CORE},{CLIENT_CORE}",
+                                   "--sched", "steal"], idle_conns=4,
+                       env={"FP_RT_STEAL_FORCE": "1"})
+
+
+@pytest.fixture(scope="module")
 def fp_nserver(build_dir):
     """`fp-echo server --native` (api.h, as IX's echo server was written)."""
     yield from serving(build_dir, ["server", "--native", "--net", "kernel", "--stats", "none",
@@ -138,13 +150,14 @@ def fp_nserver_stolen(build_dir):
                                    "--sched", "steal"], env={"FP_RT_STEAL_FORCE": "1"})
 
 
-@pytest.fixture(params=["events", "threads", "threads-stolen", "pthreads", "native",
-                        "native-stolen"])
+@pytest.fixture(params=["events", "events-stolen", "threads", "threads-stolen", "pthreads",
+                        "native", "native-stolen"])
 def tcp_server(request):
-    """The echo server four ways: event callbacks (evl.h), user-level threads (tsock.h;
-    also with every thread stolen), the Linux-threads peer, and the native API (also with
-    every batch stolen)."""
-    return request.getfixturevalue({"events": "fp_server", "threads": "fp_tserver",
+    """The echo server four ways: event callbacks (evl.h; also with every batch stolen),
+    user-level threads (tsock.h; also with every thread stolen), the Linux-threads peer,
+    and the native API (also with every batch stolen)."""
+    return request.getfixturevalue({"events": "fp_server", "events-stolen": "fp_server_stolen",
+                                    "threads": "fp_tserver",
                                     "threads-stolen": "fp_tserver_stolen",
                                     "pthreads": "fp_pserver", "native": "fp_nserver",
                                     "native-stolen": "fp_nserver_stolen"}[request.param])

@@ -360,7 +360,7 @@ static struct fp_evl_ops app_ops = {
 
 /* ---- fixture ---- */
 
-static int setup(void **state)
+static int setup_with(void **state, bool steal)
 {
 	struct fake *f = calloc(1, sizeof(*f));
 	void *tp;
@@ -368,11 +368,15 @@ static int setup(void **state)
 	if (!f || fp_test_pool_setup(&tp))
 		return -1;
 	f->tp = tp;
-	f->cfg.n_workers = 1;
+	f->cfg.n_workers = steal ? 2 : 1;
 	f->cfg.stats_name = "";
 	f->cfg.quiet = true;
+	f->cfg.sched = steal ? FP_SCHED_STEAL : FP_SCHED_PART;
+	f->cfg.steal_force = steal;   /* the home leaves its ready flows to a thief */
 	fp_evl_app(&f->app, &app_ops, f);
 	f->run.cfg = &f->cfg;
+	if (steal && rt_steal_setup(&f->run))
+		return -1;
 	f->run.wake_fd = -1;
 	f->run.app = &f->app;
 	if (rt_ctx_init(&f->ctx, &f->run, 0, &fake_ops, f, 1000))
@@ -383,6 +387,9 @@ static int setup(void **state)
 	*state = f;
 	return 0;
 }
+
+static int setup(void **state) { return setup_with(state, false); }
+static int setup_steal(void **state) { return setup_with(state, true); }
 
 static int teardown(void **state)
 {
@@ -396,6 +403,8 @@ static int teardown(void **state)
 			flow_rx_done(f, &f->flows[i], f->flows[i].rx_left[0]);
 		free(f->flows[i].out);
 	}
+	if (f->run.sh)
+		rt_steal_teardown(&f->run);
 	void *tp = f->tp;
 	rc = fp_test_pool_teardown(&tp);
 	free(f);
@@ -648,6 +657,144 @@ static void test_moved_closed_conn_leaves_the_app_alone(void **state)
 	assert_int_equal(fl->out_len, sizeof(data));
 	assert_memory_equal(fl->out, data, sizeof(data));
 	app_ops.leaving = app_ops.arrived = NULL;
+}
+
+/* A worker 1 beside the fixture's (worker 0, the home), with its own evl. */
+static void thief_open(struct fake *f, struct fp_ctx *thief)
+{
+	struct fp_evl *home = f->evl;
+
+	assert_int_equal(rt_ctx_init(thief, &f->run, 1, &fake_ops, f, 1000), 0);
+	assert_int_equal(f->app.init(thief, f->app.arg), 0);
+	f->evl = home;
+	thief->n_calls = 0;                     /* its LISTEN: not the test's */
+}
+
+/*
+ * --sched steal: another worker (a thief, with its own ctx and evl) runs one batch of a
+ * connection: what the callbacks queue goes to the thief's call array (steal.c sends it
+ * home), the output it writes counts against the home's total, and after the batch the
+ * connection is the home's again, on no list of the thief's; the returns, handed to the
+ * home with the next batch, finish the exchange there.
+ */
+static void test_a_thief_runs_one_batch(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = accepted(f, 1 << 20);
+	struct fp_evl *home = f->evl, *thief_evl;
+	struct fp_ctx thief;
+	static uint8_t req[100];
+	struct fp_cond k;
+
+	fill(req, sizeof(req), 21);
+	f->req = sizeof(req);
+	f->echo = true;
+	thief_open(f, &thief);
+	thief_evl = fp_ctx_user(&thief);
+	push_recv(f, fl, req, sizeof(req));
+	k = f->ctx.conds[0];                    /* the batch steal.c would build */
+	f->ctx.n_conds = 0;
+
+	f->app.handle(&thief, &k, 1, NULL, 0);
+	assert_int_equal(f->reads, 1);
+	assert_int_equal(f->ctx.n_calls, 0);    /* nothing queued on the home */
+	assert_int_equal(thief.n_calls, 2);     /* recv_done, sendv: for the flow */
+	for (unsigned i = 0; i < thief.n_calls; i++)
+		assert_ptr_equal(thief.calls[i].flow, fl);
+	assert_ptr_equal(fp_evl_of(f->conn), home);
+	assert_null(thief_evl->visiting);
+	assert_null(thief_evl->dirty);
+	assert_null(home->dirty);
+	assert_int_equal(fp_evl_out_total(home), sizeof(req));
+	assert_int_equal(fp_evl_out_total(thief_evl), 0);
+	assert_int_equal(fp_evl_conns(thief_evl), 0);
+
+	rt_ctx_flush(&thief);                   /* executed "at home" */
+	assert_int_equal(fl->out_len, sizeof(req));
+	assert_memory_equal(fl->out, req, sizeof(req));
+	f->app.handle(&f->ctx, NULL, 0, thief.rets, thief.n_rets);   /* the next batch */
+	thief.n_rets = 0;
+	assert_int_equal(fp_evl_out_total(home), 0);
+	assert_int_equal(fp_evl_pending(f->conn), 0);
+	assert_int_equal(fl->rx_n, 0);          /* the request's buffer went back */
+
+	f->app.fini(&thief);
+	rt_ctx_fini(&thief);
+}
+
+/*
+ * rt/steal.c with evl on both sides, stepped by hand (every batch runs on the thief):
+ * the ACCEPT queued in the home's ordinary round returns with the flow's first batch, not
+ * in a round of the home's; a write from a timer to a connection whose batch is out
+ * executes at once and its return waits for that batch to come home, then comes in a
+ * batch of its own; the returns of a batch whose connection waits to close (EOF behind
+ * output) come without a new event, so the close happens.
+ */
+static void test_steal_returns_go_with_their_flow(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = flow_new(f, 1 << 20);
+	struct fp_ctx thief;
+	static uint8_t req[100];
+
+	fill(req, sizeof(req), 22);
+	f->req = sizeof(req);
+	f->echo = true;
+	app_ops.drained = NULL;                 /* nothing asks for a batch's returns early */
+	thief_open(f, &thief);
+	round_(f);                              /* the LISTEN's return */
+	push_knock(f, fl);
+	round_(f);                              /* ordinary: accept, ACCEPT executed */
+	assert_non_null(f->conn);
+	assert_int_equal(f->ctx.n_rets, 0);     /* its return is the flow's */
+	assert_int_equal(fp_shuf_ready_count(f->run.sh, 0), 1);
+	assert_int_equal(f->conn->inflight, 1);
+	assert_true(fp_evl_conn_busy(f->conn));
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* steals it: the ACCEPT's return */
+	assert_int_equal(f->conn->inflight, 0);
+	round_(f);                              /* it comes home: nothing to execute */
+	assert_false(fp_evl_conn_busy(f->conn));
+
+	push_recv(f, fl, req, 50);              /* half a request: nothing to answer */
+	round_(f);                              /* posted: ready, for a thief */
+	assert_true(fp_evl_conn_busy(f->conn));
+	assert_int_equal(fp_evl_write(f->conn, "t", 1), 0);   /* a timer's, against the rule */
+	rt_ctx_flush(&f->ctx);
+	assert_int_equal(fl->out_len, 1);       /* executed at once */
+	assert_int_equal(f->ctx.n_rets, 0);     /* its return waits for the flow */
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* the half request */
+	round_(f);                              /* its calls; the timer's return: a batch */
+	assert_int_equal(fp_shuf_ready_count(f->run.sh, 0), 1);
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* the return */
+	assert_false(f->conn->sendv_inflight);
+	round_(f);
+	push_recv(f, fl, req + 50, sizeof(req) - 50);
+	round_(f);
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* the whole request: the echo */
+	round_(f);
+	assert_int_equal(fl->out_len, 1 + sizeof(req));
+	assert_memory_equal(fl->out + 1, req, sizeof(req));
+
+	push_simple(f, fl, FP_COND_EOF, 0);
+	fl->window = 0;                         /* what it writes now waits */
+	assert_int_equal(fp_evl_write(f->conn, "u", 1), 0);   /* not busy: may */
+	rt_ctx_flush(&f->ctx);
+	round_(f);
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* the write's return */
+	round_(f);
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* EOF: close once drained */
+	ack(f, fl, 1 << 20);
+	for (int i = 0; i < 20 && fl->live; i++) {
+		round_(f);
+		rt_ctx_round(&thief);
+	}
+	assert_false(fl->live);                 /* drained, then closed */
+	assert_int_equal(fl->out_len, 2 + sizeof(req));
+	settle(f);
+	assert_int_equal(fp_evl_conns(f->evl), 0);
+	f->app.fini(&thief);
+	rt_ctx_fini(&thief);
+	app_ops.drained = app_drained;
 }
 
 /* Past max_pending a write is refused whole. */
@@ -1334,6 +1481,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_writev_budget_as_separate_writes, setup_budget,
 						teardown_budget),
 		cmocka_unit_test_setup_teardown(test_enobufs_over_max_pending, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_thief_runs_one_batch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_steal_returns_go_with_their_flow, setup_steal,
+						teardown),
 
 		cmocka_unit_test_setup_teardown(test_write_ref_mixed_with_copies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_moved_conn_carries_only_copied_output, setup,

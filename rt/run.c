@@ -77,8 +77,9 @@ const char fp_rt_options_help[] =
 	"                        worker recently worked, at most --spin-us: CPU follows load)\n"
 	"  --sched part|steal    a flow's events run on its own worker only (part, IX's,\n"
 	"                        the default) or on any idle worker (steal, ZygOS's; its\n"
-	"                        workers poll; for steal-safe applications, e.g. fp-echo\n"
-	"                        spin --native, and user-level threads: spin --threads)\n"
+	"                        workers poll; for steal-safe applications: fp-kv,\n"
+	"                        fp-echo server, spin --native; and user-level threads:\n"
+	"                        spin --threads, fp-kv --style threads)\n"
 	"  --notify poll|ipi     steal: how a home busy in a long handler learns that\n"
 	"                        frames wait for it and that its flows came back from a\n"
 	"                        thief: at its next round (poll, the default), or by an\n"
@@ -841,7 +842,8 @@ static int step_sched(struct rt_start *s)
 		return snprintf(s->err, sizeof(s->err), "--notify ipi: the kernel transport has no "
 				"interrupt handler (its stack is Linux's); use --net xdp, pair or "
 				"dpdk, or --notify poll"), -EINVAL;
-	if (getenv("FP_RT_STEAL_FORCE"))          /* tests: every batch runs on a thief */
+	if (getenv("FP_RT_STEAL_FORCE") && s->cfg.n_workers > 1)   /* tests: every batch
+								    * runs on a thief */
 		s->cfg.steal_force = true;
 	rc = rt_steal_setup(&s->run);
 	if (rc)

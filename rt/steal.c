@@ -554,10 +554,18 @@ enum rt_out rt_steal_exec_outside(struct fp_ctx *ctx, struct fp_call *c)
 
 void fp_flow_returns_soon(struct fp_ctx *ctx, const struct fp_flow *f)
 {
+	struct rt_steal_wk *w;
 	struct rt_sflow *s;
 
-	if (ctx->run->sh && (s = ctx->run->swk[ctx->worker].running) && s->flow == f)
-		s->prompt = true;
+	if (!ctx->run->sh)
+		return;
+	w = &ctx->run->swk[ctx->worker];
+	if ((s = w->running)) {          /* in a batch: its returns, when it is done */
+		if (s->flow == f)
+			s->prompt = true;
+	} else if ((s = flow_find(w, f)) && s->n_rets) {   /* at home: those it holds */
+		fp_shuf_kick(ctx->run->sh, &s->sf, ctx->now_us);
+	}
 }
 
 bool fp_flow_busy(struct fp_ctx *ctx, const struct fp_flow *f)

@@ -62,6 +62,9 @@ struct kv_worker {
 	struct fp_timer tick;
 	unsigned ticks;
 	struct kv_mconn *conns;      /* live ones, to free at fini (evl resets them silently) */
+	/* --sched steal: connections that ended in a read another worker ran, freed here
+	 * (they are on @conns); pushed by that worker, taken whole by this one */
+	struct kv_mconn *_Atomic gone;
 	unsigned closed;             /* connections freed since the last malloc_trim */
 	unsigned trims_left;         /* after a storm: trims still to come, one a second */
 };
@@ -72,6 +75,7 @@ struct kv_mconn {
 	struct kv_worker *wk;
 	bool aborted;                /* out_write reset it: evl forgot it already */
 	struct kv_mconn *next, **pprev;
+	struct kv_mconn *gone_next;  /* on wk->gone */
 };
 
 /* ---- the worker ---- */
@@ -92,15 +96,49 @@ static void kv_between_rounds(struct kv_worker *wk)
 	kv_store_tick(s, unix_ns());
 }
 
+static void mconn_free(struct kv_mconn *mc);
+
+/* --sched steal: free what ended in a read another worker ran (mconn_end). */
+static void kv_gone_sweep(struct kv_worker *wk)
+{
+	struct kv_mconn *mc, *next;
+
+	if (!atomic_load_explicit(&wk->gone, memory_order_relaxed))
+		return;
+	for (mc = atomic_exchange_explicit(&wk->gone, NULL, memory_order_acquire); mc; mc = next) {
+		next = mc->gone_next;
+		mconn_free(mc);
+	}
+}
+
+/* @mc's connection ended in a callback that worker @run ran: its memory and its place on
+ * its worker's list go now if that is its own worker, otherwise at its worker's next
+ * poll (the callback ran on a thief, under --sched steal). Either way nothing touches it
+ * after this but its own worker. */
+static void mconn_end(struct kv_mconn *mc, struct kv_worker *run)
+{
+	struct kv_worker *wk = mc->wk;
+
+	if (run == wk) {
+		mconn_free(mc);
+		return;
+	}
+	kv_conn_end(mc->kc);   /* its close is logged when it happens, not when freed */
+	mc->gone_next = atomic_load_explicit(&wk->gone, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&wk->gone, &mc->gone_next, mc,
+						      memory_order_release, memory_order_relaxed))
+		;
+}
+
 static void kv_poll(struct fp_evl *evl)
 {
 	struct kv_worker *wk = fp_evl_user(evl);
 
+	kv_gone_sweep(wk);
 	kv_between_rounds(wk);
 	kv_watch_drain(&wk->m->proto, wk->w);
 }
 
-static void mconn_free(struct kv_mconn *mc);
 static void kv_trim_check(struct kv_worker *wk);
 
 /* Once a second: drop the connections whose value is overdue (proto.h), freeing the
@@ -111,8 +149,12 @@ static void kv_uploads_check(struct kv_worker *wk)
 	struct kv_mconn *mc, *next;
 	uint64_t now = kv_mono_ns(), n = 0;
 
+	kv_gone_sweep(wk);   /* none of them is looked at below: a read of one still out
+			      * elsewhere is busy */
 	for (mc = wk->conns; mc; mc = next) {
 		next = mc->next;
+		if (!mc->aborted && fp_evl_conn_busy(mc->c))
+			continue;   /* a read of it runs elsewhere (--sched steal): next second */
 		if (mc->aborted && kv_conn_closing(mc->kc)) {
 			mconn_free(mc);   /* a log watcher whose output failed (evl forgot it) */
 			continue;
@@ -200,6 +242,7 @@ static void kv_fini(struct fp_evl *evl)
 	if (!wk)
 		return;
 	fp_ctx_timer_cancel(fp_evl_ctx(evl), &wk->tick);
+	kv_gone_sweep(wk);   /* every worker has left its loop: no read runs anywhere */
 	while (wk->conns)
 		mconn_free(wk->conns);
 	kv_store_offline(wk->m->proto.store, wk->w);
@@ -234,13 +277,20 @@ static int out_write(void *arg, const struct iovec *iov, unsigned n)
 	return rc ? -EPIPE : 0;
 }
 
+static bool out_busy(void *arg)
+{
+	struct kv_mconn *mc = arg;
+
+	return !mc->aborted && fp_evl_conn_busy(mc->c);
+}
+
 /* ---- connections ---- */
 
 static void *kv_accept(struct fp_evl_conn *c, void *larg)
 {
 	struct kv_worker *wk = fp_evl_user(fp_evl_of(c));
 	struct kv_mconn *mc;
-	struct kv_out out = { out_write, out_room, NULL };
+	struct kv_out out = { out_write, out_room, NULL, out_busy };
 
 	(void)larg;
 	if (atomic_fetch_add(&wk->m->conns, 1) >= wk->m->set.maxconns) {
@@ -267,20 +317,29 @@ static void *kv_accept(struct fp_evl_conn *c, void *larg)
 	return mc;
 }
 
+/* Under --sched steal the worker running a read may be another's (a thief, which runs
+ * one batch of the connection): the store's reader, the counters and the stage are the
+ * runner's for the read (kv_conn_visit), the connection stays its own worker's. */
 static size_t kv_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 {
 	struct kv_mconn *mc = fp_evl_conn_user(c);
+	struct kv_worker *run = fp_evl_user(fp_evl_of(c));
 	uint64_t before = mc->kc->ncmds;
-	size_t used = kv_conn_feed(mc->kc, data, len);
+	size_t used;
 
+	if (run != mc->wk)
+		kv_conn_visit(mc->kc, run->w);
+	used = kv_conn_feed(mc->kc, data, len);
+	if (run != mc->wk)
+		kv_conn_visit_end(mc->kc);
 	fp_ctx_count(fp_evl_ctx(fp_evl_of(c)), mc->kc->ncmds - before, 0);
 	if (kv_conn_closing(mc->kc)) {
 		if (mc->wk->m->proto.verbose > 1)
 			fprintf(stderr, "fp-kv: worker %u: closing a connection (quit, a line too "
-				"long, HTTP, or the output failed)\n", mc->wk->w);
+				"long, HTTP, or the output failed)\n", run->w);
 		if (!mc->aborted)
 			fp_evl_close(c);   /* after what was written (quit) */
-		mconn_free(mc);
+		mconn_end(mc, run);
 		return len;
 	}
 	return used;
@@ -329,7 +388,7 @@ static void kv_closed(struct fp_evl_conn *c, int status)
 		fprintf(stderr, "fp-kv: worker %u: a connection died (%s)\n", mc->wk->w,
 			strerror(-status));
 	if (mc)
-		mconn_free(mc);
+		mconn_end(mc, fp_evl_user(fp_evl_of(c)));
 }
 
 /* ---- the command line ---- */
@@ -614,6 +673,9 @@ static void finish_config(struct kv_main *m)
 		.accept = kv_accept, .read = kv_read, .drained = kv_drained, .closed = kv_closed,
 		.init = kv_init, .fini = kv_fini, .poll = kv_poll,
 		.movable = true, .leaving = kv_leaving, .arrived = kv_arrived,
+		/* a read may run on any worker (kv_read, mconn_end; the timers and log
+		 * watchers leave a connection alone while fp_evl_conn_busy) */
+		.steal_safe = true,
 		/* the largest item always fits once the output has drained */
 		.max_pending = pending > KV_MIN_PENDING ? pending : KV_MIN_PENDING,
 		/* a multiget line must be shown whole */

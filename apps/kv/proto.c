@@ -300,7 +300,7 @@ struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out 
 	if (!c)
 		return NULL;
 	c->p = p;
-	c->w = w < p->n_workers ? w : 0;
+	c->w = c->home = w < p->n_workers ? w : 0;
 	c->out = *out;
 	c->stage = &p->wx[c->w].stage;
 	p->ws[c->w].curr_conns++;
@@ -341,6 +341,23 @@ void kv_conn_arrive(struct kv_conn *c, unsigned w)
 		c->stage = &c->p->wx[w].stage;
 }
 
+static void conn_rename(struct kv_conn *c, unsigned w)
+{
+	if (c->stage == &c->p->wx[c->w].stage)   /* empty between reads (stage_settle) */
+		c->stage = &c->p->wx[w].stage;
+	c->w = w;
+}
+
+void kv_conn_visit(struct kv_conn *c, unsigned w)
+{
+	conn_rename(c, w < c->p->n_workers ? w : c->home);
+}
+
+void kv_conn_visit_end(struct kv_conn *c)
+{
+	conn_rename(c, c->home);
+}
+
 void kv_conn_set_peer(struct kv_conn *c, uint32_t addr, uint16_t port)
 {
 	pthread_mutex_lock(&c->p->conns_mu);
@@ -351,16 +368,24 @@ void kv_conn_set_peer(struct kv_conn *c, uint32_t addr, uint16_t port)
 		kv_watch_conn(c, true);
 }
 
+void kv_conn_end(struct kv_conn *c)
+{
+	if (c->ended)
+		return;
+	c->ended = true;
+	if (c->watching)
+		kv_watch_remove(c);
+	if (kv_watched(c->p, KV_WATCH_CONNEVENTS))
+		kv_watch_conn(c, false);
+}
+
 void kv_conn_free(struct kv_conn *c)
 {
 	if (!c)
 		return;
 	if (c->nw)
 		kv_new_free(c->p->store, c->w, c->nw);
-	if (c->watching)
-		kv_watch_remove(c);
-	if (kv_watched(c->p, KV_WATCH_CONNEVENTS))
-		kv_watch_conn(c, false);
+	kv_conn_end(c);
 	c->p->ws[c->w].curr_conns--;
 	pthread_mutex_lock(&c->p->conns_mu);
 	if (c->reg_prev)

@@ -50,6 +50,10 @@ struct kv_out {
 	int (*write)(void *arg, const struct iovec *iov, unsigned n);
 	size_t (*room)(void *arg);
 	void *arg;
+	/* Optional (--sched steal): on the connection's own worker, outside its reads:
+	 * whether a read of it is queued or running elsewhere, so that nothing else may
+	 * write to it now (a log watcher's drain waits). */
+	bool (*busy)(void *arg);
 };
 
 /* What stats settings reports and the protocol obeys; main.c fills it from the command line. */
@@ -152,6 +156,15 @@ struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out 
 #define KV_NO_WORKER UINT_MAX
 void kv_conn_leave(struct kv_conn *c);
 void kv_conn_arrive(struct kv_conn *c, unsigned w);
+/* --sched steal: one read of @c runs on worker @w, not its own (main.c): the store's
+ * reader slot, the statistics and the shared stage are @w's until kv_conn_visit_end().
+ * Between reads a connection holds nothing of a worker's (its stage is empty or its own),
+ * so this only renames the worker. */
+void kv_conn_visit(struct kv_conn *c, unsigned w);
+void kv_conn_visit_end(struct kv_conn *c);
+/* The connection ended: log watchers hear of it now (and a watcher stops being one),
+ * though its memory may go later, on its own worker (kv_conn_free does this if not). */
+void kv_conn_end(struct kv_conn *c);
 /* Gives back a value still being received. */
 void kv_conn_free(struct kv_conn *c);
 
@@ -267,11 +280,14 @@ struct kv_bin_req {
 
 struct kv_conn {
 	struct kv_proto *p;
-	unsigned w;
+	unsigned w;                  /* the worker running it: its home, or for one read
+				      * under --sched steal a thief (kv_conn_visit) */
+	unsigned home;               /* its own worker (changes only with a migration) */
 	struct kv_out out;
 	enum kv_cstate st;
 	bool noreply;                /* this command's answer is skipped */
 	bool closing, blocked;
+	bool ended;                  /* kv_conn_end: its close is logged */
 	/* KV_ST_DATA: the value arriving into @nw */
 	struct kv_new *nw;
 	uint32_t want, got;          /* value + CRLF bytes expected, received */

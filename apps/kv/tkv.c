@@ -159,7 +159,7 @@ static void *conn_thread(void *arg)
 static void conn_start(const struct kv_tkv_config *cfg, unsigned w, struct fp_tsock *s)
 {
 	struct tkv_worker *wk = &workers[w];
-	struct kv_out out = { tout_write, tout_room, NULL };
+	struct kv_out out = { tout_write, tout_room, NULL, NULL };   /* threads go home: never busy */
 	struct tkv_conn *tc;
 	struct fp_thread *t;
 	uint32_t addr;

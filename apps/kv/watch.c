@@ -109,11 +109,11 @@ void kv_watch_set_worker(struct kv_conn *c, unsigned w)
 	struct kv_watch *wt = c->p->watch;
 
 	if (!c->watching || !wt) {
-		c->w = w;
+		c->w = c->home = w;
 		return;
 	}
 	pthread_mutex_lock(&wt->mu);
-	c->w = w;
+	c->w = c->home = w;
 	pthread_mutex_unlock(&wt->mu);
 }
 
@@ -130,7 +130,9 @@ void kv_watch_drain(struct kv_proto *p, unsigned w)
 		char note[48];
 		struct iovec iov[2] = { { x->buf, x->len }, { note, 0 } };
 
-		if (c->w != w || c->closing || (!x->len && !x->skipped))
+		/* @w's own watchers, and (--sched steal) none whose read runs elsewhere now */
+		if (c->home != w || (c->out.busy && c->out.busy(c->out.arg)) || c->closing ||
+		    (!x->len && !x->skipped))
 			continue;
 		if (x->skipped && x->len + sizeof(note) <= c->out.room(c->out.arg))
 			iov[1].iov_len = (size_t)snprintf(note, sizeof(note), "skipped=%llu\n",

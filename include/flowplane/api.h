@@ -159,7 +159,9 @@ bool fp_flow_busy(struct fp_ctx *ctx, const struct fp_flow *f);
 /* --sched steal, in a batch of @f's: its returns are wanted even if no event comes for
  * @f (a close waits for its output to drain, input for room): they come in a batch of
  * their own, as they would next round when not stealing. Without it they come with
- * @f's next event. A no-op elsewhere. */
+ * @f's next event. On @f's home outside its batches (a timer writing behind a send whose
+ * return @f still holds): the returns it holds come now, in a batch of their own. A
+ * no-op elsewhere. */
 void fp_flow_returns_soon(struct fp_ctx *ctx, const struct fp_flow *f);
 
 /* ---- batched calls: queued now, executed in order when the handler returns ---- */

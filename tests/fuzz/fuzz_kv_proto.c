@@ -83,7 +83,7 @@ static void run_open(struct run *r, bool limited, uint64_t seed)
 		.chunk_size = 48, .num_threads = 1, .use_cas = true, .evict = true,
 		.item_size_max = ITEM_MAX, .flush_enabled = true, .split_stable = true,
 	};
-	struct kv_out out = { w_write, w_room, r };
+	struct kv_out out = { w_write, w_room, r, NULL };
 	char err[256];
 
 	memset(r, 0, sizeof(*r));

@@ -774,6 +774,18 @@ static void test_steal_returns_go_with_their_flow(void **state)
 	round_(f);
 	assert_int_equal(fl->out_len, 1 + sizeof(req));
 	assert_memory_equal(fl->out + 1, req, sizeof(req));
+	assert_true(f->conn->sendv_inflight);   /* the echo's return: with the next event */
+	assert_false(fp_evl_conn_busy(f->conn));
+	assert_int_equal(fp_evl_write(f->conn, "v", 1), 0);   /* a timer's, behind it */
+	rt_ctx_flush(&f->ctx);
+	assert_int_equal(fl->out_len, 1 + sizeof(req));   /* it waits for that return: */
+	assert_int_equal(fp_shuf_ready_count(f->run.sh, 0), 1);   /* which comes now */
+	assert_int_equal(rt_ctx_round(&thief), 1);
+	round_(f);
+	assert_int_equal(fl->out_len, 2 + sizeof(req));
+	assert_int_equal(fl->out[1 + sizeof(req)], 'v');
+	assert_int_equal(rt_ctx_round(&thief), 0);   /* that sendv's return stays: nothing waits */
+	round_(f);
 
 	push_simple(f, fl, FP_COND_EOF, 0);
 	fl->window = 0;                         /* what it writes now waits */
@@ -789,7 +801,7 @@ static void test_steal_returns_go_with_their_flow(void **state)
 		rt_ctx_round(&thief);
 	}
 	assert_false(fl->live);                 /* drained, then closed */
-	assert_int_equal(fl->out_len, 2 + sizeof(req));
+	assert_int_equal(fl->out_len, 3 + sizeof(req));
 	settle(f);
 	assert_int_equal(fp_evl_conns(f->evl), 0);
 	f->app.fini(&thief);

@@ -75,7 +75,7 @@ static void srv_open(struct srv *v, uint32_t item_max, uint64_t mem, bool stable
 		.chunk_size = 48, .num_threads = 1, .use_cas = cas, .evict = true,
 		.item_size_max = item_max, .flush_enabled = true, .split_stable = stable,
 	};
-	struct kv_out out = { t_write, t_room, v };
+	struct kv_out out = { t_write, t_room, v, NULL };
 	char err[256];
 
 	memset(v, 0, sizeof(*v));
@@ -828,12 +828,80 @@ static void test_huge_multiget(void **state)
 	srv_close(&v);
 }
 
+/* ---- --sched steal: a read run by another worker (kv_conn_visit) ---- */
+
+static bool busy_now;
+static bool t_busy(void *arg) { (void)arg; return busy_now; }
+
+/* One read of a worker-0 connection runs on worker 1: the store's reader slot, the
+ * counters and the shared stage are worker 1's for the read, and the connection is worker
+ * 0's again after it (its count of connections never moved). A log watcher whose read
+ * runs elsewhere (busy) is not written to by its worker's drain until it is back. */
+static void test_a_read_on_another_worker(void **state)
+{
+	struct kv_store_config cfg = {
+		.mem_limit = 64u << 20, .item_max = 1u << 20, .growth_factor = 1.25,
+		.chunk_min = 48, .n_workers = 2, .use_cas = true, .evict = true,
+	};
+	struct kv_settings set = {
+		.maxbytes = 64u << 20, .maxconns = 1024, .tcpport = 11211, .factor = 1.25,
+		.chunk_size = 48, .num_threads = 2, .use_cas = true, .evict = true,
+		.item_size_max = 1u << 20, .flush_enabled = true,
+	};
+	struct srv v = { .room = SIZE_MAX }, wv = { .room = SIZE_MAX };
+	struct kv_out out = { t_write, t_room, &v, NULL }, wout = { t_write, t_room, &wv, t_busy };
+	const char *req = "set a 0 0 1\r\nx\r\nget a\r\n";
+	struct kv_conn *watcher;
+	char err[256];
+
+	(void)state;
+	v.s = kv_store_create(&cfg, err, sizeof(err));
+	if (!v.s)
+		fail_msg("kv_store_create: %s", err);
+	assert_int_equal(kv_proto_init(&v.p, v.s, &set, 2), 0);
+	v.c = kv_conn_new(&v.p, 0, &out);
+	watcher = kv_conn_new(&v.p, 0, &wout);
+	assert_non_null(v.c);
+	assert_non_null(watcher);
+	assert_int_equal(kv_conn_feed(watcher, (const uint8_t *)"watch mutations\r\n", 17), 17);
+
+	kv_conn_visit(v.c, 1);
+	assert_int_equal(kv_conn_feed(v.c, (const uint8_t *)req, strlen(req)), strlen(req));
+	kv_conn_visit_end(v.c);
+	assert_int_equal(v.olen, strlen("STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n"));
+	assert_memory_equal(v.out, "STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n", v.olen);
+	assert_int_equal(v.p.ws[1].cmd_set, 1);     /* counted where it ran */
+	assert_int_equal(v.p.ws[0].cmd_set, 0);
+	assert_int_equal(v.p.ws[0].curr_conns, 2);  /* still worker 0's */
+	assert_int_equal(v.p.ws[1].curr_conns, 0);
+	assert_true(v.c->w == 0 && v.c->home == 0);
+	assert_ptr_equal(v.c->stage, &v.p.wx[0].stage);
+
+	wv.olen = 0;
+	busy_now = true;                            /* the watcher's read is out */
+	kv_watch_drain(&v.p, 0);
+	assert_int_equal(wv.olen, 0);
+	busy_now = false;
+	kv_watch_drain(&v.p, 1);                    /* not worker 1's to drain */
+	assert_int_equal(wv.olen, 0);
+	kv_watch_drain(&v.p, 0);
+	assert_non_null(wv.out);
+	assert_non_null(strstr(wv.out, "key=a status=stored cmd=set"));
+
+	kv_conn_free(watcher);
+	kv_conn_free(v.c);
+	kv_proto_fini(&v.p);
+	kv_store_destroy(v.s);
+	free(v.out);
+	free(wv.out);
+}
+
 /* ---- watch: a watcher gets other connections' events once its worker drains ---- */
 
 static void test_watch(void **state)
 {
 	struct srv v, other = { .room = SIZE_MAX };
-	struct kv_out out = { t_write, t_room, &other };
+	struct kv_out out = { t_write, t_room, &other, NULL };
 	struct kv_conn *b;
 	const char *l1, *l2;
 
@@ -981,6 +1049,7 @@ int main(void)
 		cmocka_unit_test(test_meta_delete_arith),
 		cmocka_unit_test(test_stats),
 		cmocka_unit_test(test_expiry),
+		cmocka_unit_test(test_a_read_on_another_worker),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, NULL);

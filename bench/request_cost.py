@@ -18,7 +18,9 @@ and split by the source file each instruction came from, inlined code by its own
 blocking sockets (issue 19), their thread code a layer of its own. --apps echo-native:
 the echo server written on the native API (fp-echo server --native), as IX's echo server
 was, without the event-callback layer; its requests are counted by echo_recv (once per
-message received).
+message received). --apps echo-steal,kv-steal: the event servers on their one worker under
+--sched steal, every batch through the shuffle layer (nobody to steal it): that layer's
+cost per request.
 
 Writes DIR/request_cost.json and DIR/request_cost.md (default results/request_cost/).
 """
@@ -64,7 +66,10 @@ LAYERS = [
 # echo written on the native API (fp-echo server --native, as IX's was), one echo_recv
 # per message received
 MARKER = {"echo": "srv_read", "kv": "process_line", "echo-threads": "fp_tsock_write",
-          "kv-threads": "process_line", "echo-native": "echo_recv"}
+          "kv-threads": "process_line", "echo-native": "echo_recv",
+          "kv-steal": "process_line", "echo-steal": "srv_read"}
+# -steal: the same server on one worker under --sched steal, so every batch goes through
+# the shuffle layer (posted, taken back by its home: nobody to steal it): that layer's cost
 
 
 def layer_of(obj, fil, fn):
@@ -159,14 +164,16 @@ def one(app, a, build, tmp):
     run_s = a.settle + a.window + 4
     if app.startswith("echo"):
         exe = str(build / "apps" / "echo" / "fp-echo")
-        flag = {"echo-threads": ["--threads"], "echo-native": ["--native"]}.get(app, [])
+        flag = {"echo-threads": ["--threads"], "echo-native": ["--native"],
+                "echo-steal": ["--sched", "steal"]}.get(app, [])
         srv = [exe, "server", *flag, *srv_rt]
         cli = [exe, "client", "--server", "10.99.0.1", "--conns", str(a.conns), "--size", "64",
                "--rounds", "0", "--duration", str(run_s), "--warmup", "0", "--idle", "poll",
                *cli_rt]
     else:
         srv = [str(build / "apps" / "kv" / "fp-kv"), "-m", "256", "-t", "1", "-U", "0",
-               *(["--style", "threads"] if app == "kv-threads" else []), *srv_rt]
+               *(["--style", "threads"] if app == "kv-threads" else []),
+               *(["--sched", "steal"] if app == "kv-steal" else []), *srv_rt]
         cli = [str(build / "apps" / "loadgen" / "fp-loadgen"), "--server", "10.99.0.1",
                "--workload", "usr", "--conns", str(a.conns), "--closed", "1", "--duration",
                str(run_s), "--warmup", "0", "--idle", "poll", "--quiet", *cli_rt]
@@ -241,7 +248,8 @@ def table(r):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--apps", default="echo,kv", help="comma-separated: echo, kv, "
-                    "echo-threads, kv-threads, echo-native (default echo,kv)")
+                    "echo-threads, kv-threads, echo-native, echo-steal, kv-steal "
+                    "(default echo,kv)")
     ap.add_argument("--conns", type=int, default=16, help="client connections, one request "
                     "in flight each (default 16)")
     ap.add_argument("--settle", type=float, default=4.0, help="seconds of load before the "

@@ -60,7 +60,8 @@ def main():
             else:
                 verdict = "within noise"
             star = lambda ps: "" if all(p["valid"] for p in ps) else "*"
-            print(f"| {svc} 10 µs | {n} | {p0['target_rps'] / 1000:.0f}k | {len(both)} | "
+            label = "fp-kv (USR)" if svc == "kv" else f"{svc} 10 µs"
+            print(f"| {label} | {n} | {p0['target_rps'] / 1000:.0f}k | {len(both)} | "
                   f"{fmt([p['latency_us']['p99'] for p in part])}{star(part)} | "
                   f"{fmt([p['latency_us']['p99'] for p in steal])}{star(steal)} | "
                   f"{', '.join(f'{x:.2f}' for x in ratios)} | {verdict} |")

@@ -21,6 +21,15 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import test_kv as K  # noqa: E402
 import test_kv_binary as B  # noqa: E402
 from test_kv import fpkv, memcached, memccapable, reference_clients, topo  # noqa: E402,F401
+from kv_borrowed import (  # noqa: E402,F401  (collected here, against this server)
+    test_binary_first_byte_picks_the_protocol, test_binary_protocol_as_memcached,
+    test_cache_memlimit_lowers_the_limit, test_clients, test_concurrency_linearisable,
+    test_conformance, test_eviction_memory_and_recency, test_expired_memory_is_reused,
+    test_lru_crawler_as_memcached, test_multiget_over_a_mebibyte,
+    test_non_reading_clients_are_bounded, test_slow_uploads_do_not_take_the_store,
+    test_stats_conns_like_memcached, test_stats_reset_like_memcached,
+    test_stats_segment_counts_requests, test_watch_like_memcached,
+    test_watch_rawcmds_evictions_and_limits)
 
 
 def _kernel_cmd(exe):
@@ -40,79 +49,10 @@ def test_the_borrowed_tests_start_the_threaded_server(fpkv):
     assert "threads" in K.fpkv_kernel(fpkv) and B.fpkv_kernel is K.fpkv_kernel
 
 
-@pytest.mark.parametrize("script", K.SCRIPTS, ids=[p.stem for p in K.SCRIPTS])
-def test_conformance(fpkv, memcached, script):
-    K.test_conformance_kernel(fpkv, memcached, script)
-
-
 @K.need_root
 @pytest.mark.parametrize("script", K.SCRIPTS, ids=[p.stem for p in K.SCRIPTS])
 def test_conformance_xdp(topo, fpkv, memcached, script):  # noqa: F811
     K.test_conformance_xdp(topo, fpkv, memcached, script, ("--style", "threads"))
-
-
-def test_clients(fpkv, memccapable, reference_clients):
-    K.test_clients_kernel(fpkv, memccapable, reference_clients)
-
-
-def test_multiget_over_a_mebibyte(fpkv, memcached):
-    K.test_multiget_over_a_mebibyte(fpkv, memcached)
-
-
-def test_lru_crawler_as_memcached(fpkv, memcached):
-    K.test_lru_crawler_as_memcached(fpkv, memcached)
-
-
-def test_expired_memory_is_reused(fpkv, memcached):
-    K.test_expired_memory_is_reused(fpkv, memcached)
-
-
-def test_eviction_memory_and_recency(fpkv):
-    K.test_eviction_memory_and_recency(fpkv)
-
-
-def test_concurrency_linearisable(fpkv, build_dir):
-    K.test_concurrency_linearisable(fpkv, build_dir)
-
-
-def test_stats_segment_counts_requests(fpkv, build_dir):
-    K.test_stats_segment_counts_requests(fpkv, build_dir)
-
-
-def test_stats_reset_like_memcached(fpkv, memcached):
-    K.test_stats_reset_like_memcached(fpkv, memcached)
-
-
-def test_stats_conns_like_memcached(fpkv, memcached):
-    K.test_stats_conns_like_memcached(fpkv, memcached)
-
-
-def test_watch_like_memcached(fpkv, memcached):
-    K.test_watch_like_memcached(fpkv, memcached)
-
-
-def test_watch_rawcmds_evictions_and_limits(fpkv, memcached):
-    K.test_watch_rawcmds_evictions_and_limits(fpkv, memcached)
-
-
-def test_slow_uploads_do_not_take_the_store(fpkv):
-    K.test_slow_uploads_do_not_take_the_store(fpkv)
-
-
-def test_cache_memlimit_lowers_the_limit(fpkv):
-    K.test_cache_memlimit_lowers_the_limit(fpkv)
-
-
-def test_non_reading_clients_are_bounded(fpkv):
-    K.test_non_reading_clients_are_bounded(fpkv)
-
-
-def test_binary_protocol_as_memcached(fpkv, memcached):
-    B.test_binary_protocol_as_memcached(fpkv, memcached)
-
-
-def test_binary_first_byte_picks_the_protocol(fpkv):
-    B.test_binary_first_byte_picks_the_protocol(fpkv)
 
 
 def test_style_is_checked_and_told(fpkv):

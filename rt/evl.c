@@ -296,7 +296,7 @@ static void evl_knock(struct fp_evl *evl, const struct fp_cond *k)
 		fp_close(evl->ctx, k->flow);
 		return;
 	}
-	c->flow = k->flow;
+	c->flow = c->busy_flow = k->flow;
 	c->raddr = k->raddr;
 	c->rport = k->rport;
 	c->user = evl->ops->accept ? evl->ops->accept(c, l ? l->larg : NULL) : NULL;
@@ -321,7 +321,7 @@ static void evl_connected(struct fp_evl *evl, struct fp_evl_conn *c, const struc
 			fp_close(evl->ctx, k->flow);
 		return;
 	}
-	c->flow = k->flow;
+	c->flow = c->busy_flow = k->flow;
 	if (k->status != 0) {
 		if (c->flow)
 			c->state = EVL_OPEN;    /* so that release closes the dead flow */
@@ -746,10 +746,13 @@ void *fp_evl_conn_user(const struct fp_evl_conn *c) { return c->user; }
 void fp_evl_conn_set_user(struct fp_evl_conn *c, void *user) { c->user = user; }
 struct fp_evl *fp_evl_of(const struct fp_evl_conn *c) { return c->evl; }
 
+struct fp_flow *fp_evl_conn_flow(const struct fp_evl_conn *c) { return c->busy_flow; }
+
 bool fp_evl_conn_busy(const struct fp_evl_conn *c)
 {
-	return c->home && c->home->steal && c->state == EVL_OPEN && c->flow &&
-	       fp_flow_busy(c->home->ctx, c->flow);
+	/* nothing a thief writes is read here: its batch may be running */
+	return c->home && c->home->steal && c->busy_flow &&
+	       fp_flow_busy(c->home->ctx, c->busy_flow);
 }
 uint32_t fp_evl_conn_raddr(const struct fp_evl_conn *c) { return c->raddr; }
 uint16_t fp_evl_conn_rport(const struct fp_evl_conn *c) { return c->rport; }

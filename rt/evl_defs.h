@@ -54,6 +54,9 @@ struct fp_evl_conn {
 	struct fp_evl *home;             /* its worker: the lists it is on, its output's
 					  * share of the budget */
 	struct fp_flow *flow;
+	struct fp_flow *busy_flow;       /* @flow as accepted or connected, never cleared:
+					  * what fp_evl_conn_busy asks about (a thief may
+					  * clear @flow meanwhile) */
 	void *user;
 	uint8_t state;                   /* enum evl_state */
 	bool app_gone;                   /* closed/close/abort: no more callbacks */

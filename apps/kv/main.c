@@ -76,6 +76,9 @@ struct kv_mconn {
 	bool aborted;                /* out_write reset it: evl forgot it already */
 	struct kv_mconn *next, **pprev;
 	struct kv_mconn *gone_next;  /* on wk->gone */
+	struct fp_flow *flow;        /* @c's, for fp_flow_busy: asked before anything of
+				      * @mc, which a thief may be changing, or of @c, which
+				      * may be gone when @aborted */
 };
 
 /* ---- the worker ---- */
@@ -97,6 +100,13 @@ static void kv_between_rounds(struct kv_worker *wk)
 }
 
 static void mconn_free(struct kv_mconn *mc);
+
+/* --sched steal, on @mc's own worker: a read of it is queued or runs elsewhere, so nothing
+ * of it is to be touched now. */
+static bool mconn_busy(const struct kv_mconn *mc)
+{
+	return fp_flow_busy(fp_evl_ctx(mc->wk->evl), mc->flow);
+}
 
 /* --sched steal: free what ended in a read another worker ran (mconn_end). */
 static void kv_gone_sweep(struct kv_worker *wk)
@@ -153,7 +163,7 @@ static void kv_uploads_check(struct kv_worker *wk)
 			      * elsewhere is busy */
 	for (mc = wk->conns; mc; mc = next) {
 		next = mc->next;
-		if (!mc->aborted && fp_evl_conn_busy(mc->c))
+		if (mconn_busy(mc))
 			continue;   /* a read of it runs elsewhere (--sched steal): next second */
 		if (mc->aborted && kv_conn_closing(mc->kc)) {
 			mconn_free(mc);   /* a log watcher whose output failed (evl forgot it) */
@@ -279,9 +289,7 @@ static int out_write(void *arg, const struct iovec *iov, unsigned n)
 
 static bool out_busy(void *arg)
 {
-	struct kv_mconn *mc = arg;
-
-	return !mc->aborted && fp_evl_conn_busy(mc->c);
+	return mconn_busy(arg);
 }
 
 /* ---- connections ---- */
@@ -308,6 +316,7 @@ static void *kv_accept(struct fp_evl_conn *c, void *larg)
 		return NULL;
 	}
 	mc->c = c;
+	mc->flow = fp_evl_conn_flow(c);
 	mc->wk = wk;
 	kv_conn_set_peer(mc->kc, fp_evl_conn_raddr(c), fp_evl_conn_rport(c));
 	if ((mc->next = wk->conns))
@@ -674,7 +683,7 @@ static void finish_config(struct kv_main *m)
 		.init = kv_init, .fini = kv_fini, .poll = kv_poll,
 		.movable = true, .leaving = kv_leaving, .arrived = kv_arrived,
 		/* a read may run on any worker (kv_read, mconn_end; the timers and log
-		 * watchers leave a connection alone while fp_evl_conn_busy) */
+		 * watchers leave a connection alone while mconn_busy) */
 		.steal_safe = true,
 		/* the largest item always fits once the output has drained */
 		.max_pending = pending > KV_MIN_PENDING ? pending : KV_MIN_PENDING,

@@ -170,6 +170,9 @@ struct fp_evl *fp_evl_of(const struct fp_evl_conn *c);
  * again later: it is a fact of the home's, and changes only between its rounds). False
  * when not stealing. */
 bool fp_evl_conn_busy(const struct fp_evl_conn *c);
+/* @c's flow, as accepted or connected (NULL before): a key for fp_flow_busy() that stays
+ * valid to ask about after @c is gone (the flow then is not busy). */
+struct fp_flow *fp_evl_conn_flow(const struct fp_evl_conn *c);
 uint32_t fp_evl_conn_raddr(const struct fp_evl_conn *c);
 uint16_t fp_evl_conn_rport(const struct fp_evl_conn *c);
 

@@ -998,8 +998,16 @@ static int step_signals(struct rt_start *s)
 	return 0;
 }
 
+/* A second SIGINT or SIGTERM that came after the first was read (timeout(1) sends the child
+ * one, then its process group another) is still pending: taken here, or restoring the
+ * mask would deliver it and kill the process before the later steps' teardown (the
+ * stats segment stayed in /dev/shm). The stop is under way already. */
 static void step_signals_down(struct rt_start *s)
 {
+	struct signalfd_siginfo si;
+
+	while (read(s->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+		;
 	close(s->sig_fd);
 	pthread_sigmask(SIG_SETMASK, &s->old_mask, NULL);
 }

@@ -17,6 +17,7 @@
  *   proto.c, meta.c   the text protocol and the meta commands, streaming, byte-identical to
  *                     memcached 1.6's responses.
  *   stats.c           stats, stats settings, stats items, stats slabs.
+ *   server.c          the server on evl, without its command line (fp-kv, fp-vsim).
  *   main.c            the command line (memcached's flags plus the runtime's).
  *
  * Concurrency. Writers (any mutation) take one of KV_LOCKS striped spinlocks chosen by

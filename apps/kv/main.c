@@ -1,43 +1,17 @@
-/* main.c: fp-kv's command line (memcached's flags and the runtime's) and the protocol on flowplane's event layer. */
-#include <arpa/inet.h>
+/* main.c: fp-kv's command line (memcached's flags and the runtime's); the server itself is server.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
-#include <flowplane/heap.h>
-#include <flowplane/compiler.h>
-#include <flowplane/evl.h>
 #include <flowplane/rt.h>
 
-#include "proto.h"
+#include "server.h"
 #include "tkv.h"
 
-/*
- * One store, created here before fp_rt_run and shared by every worker; one kv_conn per
- * TCP connection, fed from evl's read callback. A worker leaves a quiescent state for
- * the store's memory reclamation (QSBR) between rounds: in evl's poll hook, and on a
- * 1 ms timer so that a worker asleep in its idle policy does not hold reclamation up.
- *
- * Output: every answer of one read is written at the end of it (proto.c stages them).
- * A multiget or an mg that finds too little room stops, leaving its line unconsumed;
- * evl shows it again once drained() says the output has emptied. The output cap is
- * sized so the largest item always fits once the output has drained.
- */
-
-#define KV_TICK_US        1000
-#define KV_CRAWL_TICKS    10      /* the expiry crawler runs every 10 ticks (10 ms)... */
-#define KV_CRAWL_BUDGET   320     /* ...and looks at up to 320 chunks per slab class: 32k
-				   * a second, a lap of 1M items in about 30 s */
-#define KV_MIN_PENDING    (4u << 20)
-#define KV_TRIM_CLOSES    1024     /* closed connections that call for a malloc_trim */
-#define KV_TRIM_AFTER     3        /* and the seconds it is repeated after the last such */
-#define KV_MAX_TOTAL_PENDING (64u << 20) /* output of all connections, shared by workers */
 #define OPT_RT_BASE       FP_RT_OPT_BASE   /* getopt value of runtime option i */
 #define OPT_STYLE         900              /* --style: long only (memcached's letters) */
 
@@ -45,360 +19,11 @@ enum kv_style { KV_STYLE_EVENTS, KV_STYLE_THREADS };
 
 struct kv_main {
 	struct fp_rt_config rt;
-	struct kv_store_config store;
-	struct kv_settings set;
-	struct kv_proto proto;
-	struct fp_evl_ops ops;
-	atomic_uint conns;           /* live connections, against -c */
+	struct kv_server s;          /* the server (server.c) */
 	bool ip_set;                 /* --ip given: -l does not override it */
 	enum kv_style style;
 	const char *listen;
 };
-
-struct kv_worker {
-	struct kv_main *m;
-	struct fp_evl *evl;
-	unsigned w;
-	struct fp_timer tick;
-	unsigned ticks;
-	struct kv_mconn *conns;      /* live ones, to free at fini (evl resets them silently) */
-	/* --sched steal: connections that ended in a read another worker ran, freed here
-	 * (they are on @conns); pushed by that worker, taken whole by this one */
-	struct kv_mconn *_Atomic gone;
-	unsigned closed;             /* connections freed since the last malloc_trim */
-	unsigned trims_left;         /* after a storm: trims still to come, one a second */
-};
-
-struct kv_mconn {
-	struct kv_conn *kc;
-	struct fp_evl_conn *c;
-	struct kv_worker *wk;
-	bool aborted;                /* out_write reset it: evl forgot it already */
-	struct kv_mconn *next, **pprev;
-	struct kv_mconn *gone_next;  /* on wk->gone */
-	struct fp_flow *flow;        /* @c's, for fp_flow_busy: asked before anything of
-				      * @mc, which a thief may be changing, or of @c, which
-				      * may be gone when @aborted */
-};
-
-/* ---- the worker ---- */
-
-static uint64_t unix_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void kv_between_rounds(struct kv_worker *wk)
-{
-	struct kv_store *s = wk->m->proto.store;
-
-	kv_store_quiesce(s, wk->w);
-	kv_store_tick(s, unix_ns());
-}
-
-static void mconn_free(struct kv_mconn *mc);
-
-/* --sched steal, on @mc's own worker: a read of it is queued or runs elsewhere, so nothing
- * of it is to be touched now. */
-static bool mconn_busy(const struct kv_mconn *mc)
-{
-	return fp_flow_busy(fp_evl_ctx(mc->wk->evl), mc->flow);
-}
-
-/* --sched steal: free what ended in a read another worker ran (mconn_end). */
-static void kv_gone_sweep(struct kv_worker *wk)
-{
-	struct kv_mconn *mc, *next;
-
-	if (!atomic_load_explicit(&wk->gone, memory_order_relaxed))
-		return;
-	for (mc = atomic_exchange_explicit(&wk->gone, NULL, memory_order_acquire); mc; mc = next) {
-		next = mc->gone_next;
-		mconn_free(mc);
-	}
-}
-
-/* @mc's connection ended in a callback that worker @run ran: its memory and its place on
- * its worker's list go now if that is its own worker, otherwise at its worker's next
- * poll (the callback ran on a thief, under --sched steal). Either way nothing touches it
- * after this but its own worker. */
-static void mconn_end(struct kv_mconn *mc, struct kv_worker *run)
-{
-	struct kv_worker *wk = mc->wk;
-
-	if (run == wk) {
-		mconn_free(mc);
-		return;
-	}
-	kv_conn_end(mc->kc);   /* its close is logged when it happens, not when freed */
-	mc->gone_next = atomic_load_explicit(&wk->gone, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&wk->gone, &mc->gone_next, mc,
-						      memory_order_release, memory_order_relaxed))
-		;
-}
-
-static void kv_poll(struct fp_evl *evl)
-{
-	struct kv_worker *wk = fp_evl_user(evl);
-
-	kv_gone_sweep(wk);
-	kv_between_rounds(wk);
-	kv_watch_drain(&wk->m->proto, wk->w);
-}
-
-static void kv_trim_check(struct kv_worker *wk);
-
-/* Once a second: drop the connections whose value is overdue (proto.h), freeing the
- * memory they held; counted as the application's errors (fp-stats). And free the log
- * watchers whose output failed between reads (watch.c). */
-static void kv_uploads_check(struct kv_worker *wk)
-{
-	struct kv_mconn *mc, *next;
-	uint64_t now = kv_mono_ns(), n = 0;
-
-	kv_gone_sweep(wk);   /* none of them is looked at below: a read of one still out
-			      * elsewhere is busy */
-	for (mc = wk->conns; mc; mc = next) {
-		next = mc->next;
-		if (mconn_busy(mc))
-			continue;   /* a read of it runs elsewhere (--sched steal): next second */
-		if (mc->aborted && kv_conn_closing(mc->kc)) {
-			mconn_free(mc);   /* a log watcher whose output failed (evl forgot it) */
-			continue;
-		}
-		if (mc->aborted || !kv_conn_upload_overdue(mc->kc, now))
-			continue;
-		fp_evl_abort(mc->c);
-		mconn_free(mc);
-		n++;
-	}
-	if (n) {
-		fp_ctx_count(fp_evl_ctx(wk->evl), 0, n);
-		if (wk->m->proto.verbose)
-			fprintf(stderr, "fp-kv: worker %u: %llu connection%s dropped: a value "
-				"arrived too slowly\n", wk->w, (unsigned long long)n,
-				n == 1 ? "" : "s");
-	}
-}
-
-static void kv_tick(struct fp_timer *t, uint64_t now_us)
-{
-	struct kv_worker *wk = fp_container_of(t, struct kv_worker, tick);
-
-	kv_between_rounds(wk);
-	wk->m->proto.ws[wk->w].out_bytes = fp_evl_out_total(wk->evl);
-	if (++wk->ticks >= 1000000 / KV_TICK_US) {
-		wk->ticks = 0;
-		kv_uploads_check(wk);
-		kv_trim_check(wk);
-	}
-	if (wk->w == 0 && wk->ticks % KV_CRAWL_TICKS == 0)   /* one crawler, as memcached's */
-		kv_store_crawl(wk->m->proto.store, wk->w, KV_CRAWL_BUDGET);
-	fp_ctx_timer_add(fp_evl_ctx(wk->evl), &wk->tick, now_us + KV_TICK_US);
-}
-
-static int kv_init(struct fp_evl *evl, void *arg)
-{
-	struct kv_main *m = arg;
-	struct fp_ctx *ctx = fp_evl_ctx(evl);
-	struct kv_worker *wk = calloc(1, sizeof(*wk));
-
-	if (!wk)
-		return -ENOMEM;
-	wk->m = m;
-	wk->evl = evl;
-	wk->w = fp_ctx_worker(ctx);
-	fp_evl_set_user(evl, wk);
-	kv_between_rounds(wk);
-	fp_timer_init(&wk->tick, kv_tick);
-	fp_ctx_timer_add(ctx, &wk->tick, fp_ctx_now_us(ctx) + KV_TICK_US);
-	fp_evl_listen(evl, m->set.tcpport, NULL);
-	return 0;
-}
-
-static void mconn_free(struct kv_mconn *mc)
-{
-	if ((*mc->pprev = mc->next))
-		mc->next->pprev = mc->pprev;
-	kv_conn_free(mc->kc);
-	atomic_fetch_sub(&mc->wk->m->conns, 1);
-	mc->wk->closed++;
-	free(mc);
-}
-
-/* Once a second: after a storm of closed connections, give their memory back (their
- * structures are small and scattered, so glibc does not return it by itself), then for
- * KV_TRIM_AFTER more seconds, for what the stack and evl free after them (heap.h). */
-static void kv_trim_check(struct kv_worker *wk)
-{
-	if (wk->closed >= KV_TRIM_CLOSES) {
-		wk->closed = 0;
-		wk->trims_left = KV_TRIM_AFTER;
-	} else if (!wk->trims_left) {
-		return;
-	} else {
-		wk->trims_left--;
-	}
-	fp_heap_trim();
-}
-
-static void kv_fini(struct fp_evl *evl)
-{
-	struct kv_worker *wk = fp_evl_user(evl);
-
-	if (!wk)
-		return;
-	fp_ctx_timer_cancel(fp_evl_ctx(evl), &wk->tick);
-	kv_gone_sweep(wk);   /* every worker has left its loop: no read runs anywhere */
-	while (wk->conns)
-		mconn_free(wk->conns);
-	kv_store_offline(wk->m->proto.store, wk->w);
-	fp_evl_set_user(evl, NULL);
-	free(wk);
-}
-
-/* ---- output: proto.c's kv_out over evl ---- */
-
-static size_t out_room(void *arg)
-{
-	struct kv_mconn *mc = arg;
-
-	/* the connection's cap, and the workers' output budget (a connection that does not
-	 * read stops being read from; issue 16, item 1) */
-	return mc->aborted ? 0 : fp_evl_room(mc->c);
-}
-
-static int out_write(void *arg, const struct iovec *iov, unsigned n)
-{
-	struct kv_mconn *mc = arg;
-	int rc = mc->aborted ? -EPIPE : 0;
-
-	if (!rc)
-		rc = fp_evl_writev(mc->c, iov, n);
-	if (rc && !mc->aborted) {
-		/* proto.c checked the room first: only a transport out of buffers or a
-		 * dying connection gets here, and a half-written answer cannot stand */
-		fp_evl_abort(mc->c);
-		mc->aborted = true;
-	}
-	return rc ? -EPIPE : 0;
-}
-
-static bool out_busy(void *arg)
-{
-	return mconn_busy(arg);
-}
-
-/* ---- connections ---- */
-
-static void *kv_accept(struct fp_evl_conn *c, void *larg)
-{
-	struct kv_worker *wk = fp_evl_user(fp_evl_of(c));
-	struct kv_mconn *mc;
-	struct kv_out out = { out_write, out_room, NULL, out_busy };
-
-	(void)larg;
-	if (atomic_fetch_add(&wk->m->conns, 1) >= wk->m->set.maxconns) {
-		/* memcached's maxconns_fast: say so and hang up (the close follows the
-		 * write; no callback comes for @c after it) */
-		atomic_fetch_sub(&wk->m->conns, 1);
-		fp_evl_write(c, "ERROR Too many open connections\r\n", 33);
-		fp_evl_close(c);
-		return wk;
-	}
-	out.arg = mc = calloc(1, sizeof(*mc));
-	if (!mc || !(mc->kc = kv_conn_new(&wk->m->proto, wk->w, &out))) {
-		free(mc);
-		atomic_fetch_sub(&wk->m->conns, 1);
-		return NULL;
-	}
-	mc->c = c;
-	mc->flow = fp_evl_conn_flow(c);
-	mc->wk = wk;
-	kv_conn_set_peer(mc->kc, fp_evl_conn_raddr(c), fp_evl_conn_rport(c));
-	if ((mc->next = wk->conns))
-		wk->conns->pprev = &mc->next;
-	wk->conns = mc;
-	mc->pprev = &wk->conns;
-	return mc;
-}
-
-/* Under --sched steal the worker running a read may be another's (a thief, which runs
- * one batch of the connection): the store's reader, the counters and the stage are the
- * runner's for the read (kv_conn_visit), the connection stays its own worker's. */
-static size_t kv_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
-{
-	struct kv_mconn *mc = fp_evl_conn_user(c);
-	struct kv_worker *run = fp_evl_user(fp_evl_of(c));
-	uint64_t before = mc->kc->ncmds;
-	size_t used;
-
-	if (run != mc->wk)
-		kv_conn_visit(mc->kc, run->w);
-	used = kv_conn_feed(mc->kc, data, len);
-	if (run != mc->wk)
-		kv_conn_visit_end(mc->kc);
-	fp_ctx_count(fp_evl_ctx(fp_evl_of(c)), mc->kc->ncmds - before, 0);
-	if (kv_conn_closing(mc->kc)) {
-		if (mc->wk->m->proto.verbose > 1)
-			fprintf(stderr, "fp-kv: worker %u: closing a connection (quit, a line too "
-				"long, HTTP, or the output failed)\n", run->w);
-		if (!mc->aborted)
-			fp_evl_close(c);   /* after what was written (quit) */
-		mconn_end(mc, run);
-		return len;
-	}
-	return used;
-}
-
-/* Flow-group migration (fp-ctl move, IX's control loop): the connection leaves this
- * worker's list and its per-worker share, and joins the new worker's. The store is shared
- * by all workers; what names a worker in it (QSBR's reader) follows kv_conn's w. */
-static void kv_leaving(struct fp_evl_conn *c)
-{
-	struct kv_mconn *mc = fp_evl_conn_user(c);
-
-	if ((*mc->pprev = mc->next))
-		mc->next->pprev = mc->pprev;
-	kv_conn_leave(mc->kc);
-	mc->wk = NULL;
-}
-
-static void kv_arrived(struct fp_evl_conn *c)
-{
-	struct kv_worker *wk = fp_evl_user(fp_evl_of(c));
-	struct kv_mconn *mc = fp_evl_conn_user(c);
-
-	mc->wk = wk;
-	if ((mc->next = wk->conns))
-		wk->conns->pprev = &mc->next;
-	wk->conns = mc;
-	mc->pprev = &wk->conns;
-	kv_conn_arrive(mc->kc, wk->w);
-}
-
-/* The output emptied: a request that waited for room goes on. */
-static void kv_drained(struct fp_evl_conn *c)
-{
-	struct kv_mconn *mc = fp_evl_conn_user(c);
-
-	if (mc && kv_conn_blocked(mc->kc))
-		fp_evl_read_again(c);
-}
-
-static void kv_closed(struct fp_evl_conn *c, int status)
-{
-	struct kv_mconn *mc = fp_evl_conn_user(c);
-
-	if (mc && status && mc->wk->m->proto.verbose)
-		fprintf(stderr, "fp-kv: worker %u: a connection died (%s)\n", mc->wk->w,
-			strerror(-status));
-	if (mc)
-		mconn_end(mc, fp_evl_user(fp_evl_of(c)));
-}
 
 /* ---- the command line ---- */
 
@@ -523,8 +148,8 @@ static void parse_extended(struct kv_main *m, const char *val)
 				usage_error("-o hashpower: '%.*s' is not 12..32", (int)n, p);
 			memcpy(num, p + 10, n - 10);
 			num[n - 10] = '\0';
-			m->store.hashpower = (unsigned)parse_u64("-o hashpower", num, 12, 32);
-			m->set.hashpower_init = m->store.hashpower;
+			m->s.store.hashpower = (unsigned)parse_u64("-o hashpower", num, 12, 32);
+			m->s.set.hashpower_init = m->s.store.hashpower;
 		}
 		p += n + (p[n] == ',');
 	}
@@ -533,36 +158,29 @@ static void parse_extended(struct kv_main *m, const char *val)
 static void defaults(struct kv_main *m)
 {
 	fp_rt_config_init(&m->rt);
-	m->store = (struct kv_store_config){
-		.mem_limit = (uint64_t)KV_DEFAULT_MEM_MB << 20, .item_max = KV_DEFAULT_ITEM_MAX,
-		.growth_factor = 1.25, .chunk_min = 48, .use_cas = true, .evict = true,
-	};
-	m->set = (struct kv_settings){
-		.maxconns = 1024, .tcpport = 11211, .factor = 1.25, .chunk_size = 48,
-		.use_cas = true, .evict = true, .flush_enabled = true,
-	};
+	kv_server_defaults(&m->s);
 }
 
 /* One of fp-kv's own options. */
 static void take_opt(struct kv_main *m, int c, const char *val)
 {
 	switch (c) {
-	case 'p': m->set.tcpport = (uint16_t)parse_u64("-p", val, 1, 65535); break;
+	case 'p': m->s.set.tcpport = (uint16_t)parse_u64("-p", val, 1, 65535); break;
 	case 'U':
 		if (parse_u64("-U", val, 0, 65535))
 			usage_error("-U %s: UDP is not supported (memcached's UDP framing); "
 				    "use TCP, or -U 0", val);
 		break;
 	case 'l': m->listen = val; break;
-	case 'm': m->store.mem_limit = parse_u64("-m", val, 1, 1u << 22) << 20; break;
-	case 'M': m->store.evict = m->set.evict = false; break;
-	case 'c': m->set.maxconns = (unsigned)parse_u64("-c", val, 1, 1u << 24); break;
-	case 'I': m->store.item_max = parse_item_size(val); break;
-	case 'f': m->store.growth_factor = m->set.factor = parse_factor(val); break;
-	case 'n': m->store.chunk_min = (uint32_t)parse_u64("-n", val, 1, 1u << 20); break;
-	case 'L': m->store.prealloc = true; break;
-	case 'C': m->store.use_cas = m->set.use_cas = false; break;
-	case 'F': m->set.flush_enabled = false; break;
+	case 'm': m->s.store.mem_limit = parse_u64("-m", val, 1, 1u << 22) << 20; break;
+	case 'M': m->s.store.evict = m->s.set.evict = false; break;
+	case 'c': m->s.set.maxconns = (unsigned)parse_u64("-c", val, 1, 1u << 24); break;
+	case 'I': m->s.store.item_max = parse_item_size(val); break;
+	case 'f': m->s.store.growth_factor = m->s.set.factor = parse_factor(val); break;
+	case 'n': m->s.store.chunk_min = (uint32_t)parse_u64("-n", val, 1, 1u << 20); break;
+	case 'L': m->s.store.prealloc = true; break;
+	case 'C': m->s.store.use_cas = m->s.set.use_cas = false; break;
+	case 'F': m->s.set.flush_enabled = false; break;
 	case 'o': parse_extended(m, val); break;
 	case 'R': parse_u64("-R", val, 1, 1u << 20); break;
 	case OPT_STYLE:
@@ -573,7 +191,7 @@ static void take_opt(struct kv_main *m, int c, const char *val)
 		else
 			usage_error("--style: '%s' is not events or threads", val);
 		break;
-	case 'v': m->proto.verbose++; break;
+	case 'v': m->s.proto.verbose++; break;
 	case 'V': printf("fp-kv %s (memcached %s protocol)\n", KV_VERSION, KV_VERSION); exit(0);
 	case 'h':
 		fputs(usage, stdout);
@@ -630,7 +248,7 @@ static void parse(struct kv_main *m, int argc, char **argv)
 	free(all);
 	if (m->listen && !m->ip_set)
 		runtime_opt(m, "ip", m->listen);
-	if (m->store.item_max > m->store.mem_limit / 2)
+	if (m->s.store.item_max > m->s.store.mem_limit / 2)
 		usage_error("-I: cannot set item size limit higher than 1/2 of memory max (-m)");
 }
 
@@ -647,7 +265,7 @@ static void parse(struct kv_main *m, int argc, char **argv)
 static void check_nofile(const struct kv_main *m)
 {
 	struct rlimit rl;
-	rlim_t need = (rlim_t)m->set.maxconns + KV_FD_RESERVE + 8u * m->rt.n_workers;
+	rlim_t need = (rlim_t)m->s.set.maxconns + KV_FD_RESERVE + 8u * m->rt.n_workers;
 
 	if (m->rt.transport != FP_TRANSPORT_KERNEL || getrlimit(RLIMIT_NOFILE, &rl))
 		return;
@@ -663,81 +281,38 @@ static void check_nofile(const struct kv_main *m)
 		return;
 	fprintf(stderr, "fp-kv: -c %u needs %llu open files on the kernel transport and the "
 		"limit is %llu (ulimit -n): lower -c, raise the limit, or start as root\n",
-		m->set.maxconns, (unsigned long long)need,
+		m->s.set.maxconns, (unsigned long long)need,
 		(unsigned long long)(rl.rlim_max == RLIM_INFINITY ? rl.rlim_cur : rl.rlim_max));
 	exit(1);
-}
-
-static void finish_config(struct kv_main *m)
-{
-	size_t pending = 2 * (size_t)m->store.item_max + (64u << 10);
-
-	m->store.n_workers = m->rt.n_workers;
-	m->set.maxbytes = m->store.mem_limit;
-	m->set.item_size_max = m->store.item_max;
-	m->set.chunk_size = m->store.chunk_min;
-	m->set.num_threads = m->rt.n_workers;
-	m->set.inter = m->listen;
-	m->ops = (struct fp_evl_ops){
-		.accept = kv_accept, .read = kv_read, .drained = kv_drained, .closed = kv_closed,
-		.init = kv_init, .fini = kv_fini, .poll = kv_poll,
-		.movable = true, .leaving = kv_leaving, .arrived = kv_arrived,
-		/* a read may run on any worker (kv_read, mconn_end; the timers and log
-		 * watchers leave a connection alone while mconn_busy) */
-		.steal_safe = true,
-		/* the largest item always fits once the output has drained */
-		.max_pending = pending > KV_MIN_PENDING ? pending : KV_MIN_PENDING,
-		/* a multiget line must be shown whole */
-		.max_unread = KV_GET_LINE_MAX + KV_RBUF_SIZE,
-		/* all connections' output together: past it, only connections whose output
-		 * drains get answers (memcached holds at most one per connection, by
-		 * reference; we copy, so we bound the copies) */
-		.max_total_pending = KV_MAX_TOTAL_PENDING,
-	};
 }
 
 int main(int argc, char **argv)
 {
 	static struct kv_main m;
-	struct kv_store *store;
 	struct fp_app app;
 	char err[256];
 	int rc;
 
 	defaults(&m);
 	parse(&m, argc, argv);
-	finish_config(&m);
 	check_nofile(&m);
-	store = kv_store_create(&m.store, err, sizeof(err));
-	if (!store) {
+	m.s.set.inter = m.listen;
+	if (kv_server_open(&m.s, m.rt.n_workers, err, sizeof(err))) {
 		fprintf(stderr, "fp-kv: %s\n", err);
 		return 1;
 	}
-	{
-		int verbose = m.proto.verbose;
-
-		if (kv_proto_init(&m.proto, store, &m.set, m.rt.n_workers)) {
-			fprintf(stderr, "fp-kv: out of memory\n");
-			kv_store_destroy(store);
-			return 1;
-		}
-		m.proto.verbose = verbose;
-	}
-	m.proto.started_unix = (uint64_t)time(NULL);
 	if (m.style == KV_STYLE_THREADS) {
 		struct kv_tkv_config tc = {
-			.rt = &m.rt, .proto = &m.proto, .port = m.set.tcpport,
-			.maxconns = m.set.maxconns, .conns = &m.conns,
-			.max_pending = m.ops.max_pending,
-			.max_total_pending = m.ops.max_total_pending,
+			.rt = &m.rt, .proto = &m.s.proto, .port = m.s.set.tcpport,
+			.maxconns = m.s.set.maxconns, .conns = &m.s.conns,
+			.max_pending = m.s.ops.max_pending,
+			.max_total_pending = m.s.ops.max_total_pending,
 		};
 		rc = kv_threads_run(&tc);
 	} else {
-		fp_evl_app(&app, &m.ops, &m);
-		app.name = "fp-kv";
+		kv_server_app(&m.s, &app);
 		rc = fp_rt_run(&m.rt, &app);
 	}
-	kv_proto_fini(&m.proto);
-	kv_store_destroy(store);
+	kv_server_close(&m.s);
 	return rc ? 1 : 0;
 }

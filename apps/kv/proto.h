@@ -156,7 +156,7 @@ struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out 
 #define KV_NO_WORKER UINT_MAX
 void kv_conn_leave(struct kv_conn *c);
 void kv_conn_arrive(struct kv_conn *c, unsigned w);
-/* --sched steal: one read of @c runs on worker @w, not its own (main.c): the store's
+/* --sched steal: one read of @c runs on worker @w, not its own (server.c): the store's
  * reader slot, the statistics and the shared stage are @w's until kv_conn_visit_end().
  * Between reads a connection holds nothing of a worker's (its stage is empty or its own),
  * so this only renames the worker. */
@@ -343,7 +343,7 @@ void kv_watch_drain(struct kv_proto *p, unsigned w);
  * every worker). */
 void kv_watch_set_worker(struct kv_conn *c, unsigned w);
 
-/* The connection's peer, for stats conns (main.c, after kv_conn_new). */
+/* The connection's peer, for stats conns (server.c, after kv_conn_new). */
 void kv_conn_set_peer(struct kv_conn *c, uint32_t addr, uint16_t port);
 #define KV_CONNS_LISTED 8192   /* stats conns lists this many connections at most */
 

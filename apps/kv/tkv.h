@@ -1,4 +1,4 @@
-/* tkv.h: fp-kv's blocking-style servers (--style threads), beside main.c's event callbacks. */
+/* tkv.h: fp-kv's blocking-style servers (--style threads), beside server.c's event callbacks. */
 #pragma once
 
 #include <stdatomic.h>

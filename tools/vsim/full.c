@@ -1,4 +1,4 @@
-/* full.c: fp-vsim --full: the real workers (loop, stack, scheduler, fp-echo's spin server) on N virtual cores, over a virtual NIC, in virtual time. */
+/* full.c: fp-vsim --full: the real workers (loop, stack, scheduler, and fp-echo's spin server or fp-kv) on N virtual cores, over a virtual NIC, in virtual time. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +12,9 @@
 #include <flowplane/rss.h>
 #include <flowplane/rt_virtual.h>
 
-#include "echo.h"   /* apps/echo: the spin server's application and protocol */
+#include "../qsim/qsim.h"
+#include "echo.h"     /* apps/echo: the spin server's application and protocol */
+#include "server.h"   /* apps/kv: fp-kv's server */
 #include "vsim.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -54,6 +56,14 @@
  *     IX's outbound trick does, so each flow has model.c's home), connects every flow, then
  *     sends request i at its arrival time on its flow's connection (a 16-byte spin header)
  *     and takes its latency when the reply's last byte arrives.
+ *   - --app kv: fp-kv's server (apps/kv/server.c, one store shared by the workers) instead
+ *     of the spin server, and fp-loadgen's memcache protocol for the client (its USR
+ *     workload: GETs and SETs of --keys keys, every key stored before the arrivals
+ *     start; an answer is checked as fp-loadgen checks it). fp-kv's handler does not
+ *     spin: its time in virtual time is a service time drawn from -d and --mean-us for
+ *     each command it ran, spun after the handler returns (fr_kv_handle), so it is paid
+ *     where the handler ran, a thief or the home. Its real time on this machine is
+ *     measured on the TSC and reported (--calibrate: left out of the rounds' fit).
  *
  * A round's cost: poll_ns, plus rx_ns per frame the worker received, tx_ns per burst it
  * handed the NIC, steal_ns per flow it stole and kick_ns per interrupt it sent, at least
@@ -132,14 +142,22 @@ struct fr_core {
 	void *fake;                   /* ASan's fake stack while switched out */
 };
 
+/* A request sent and not answered: its index (FR_PRELOAD: a key stored before the
+ * arrivals start) and, for --app kv, what fp-loadgen's parser needs to check its answer. */
+#define FR_PRELOAD UINT32_MAX
+struct fr_pend {
+	uint32_t i;
+	struct lg_req lr;
+};
+
 /* The client's side of one flow. */
 struct fr_conn {
 	struct fp_tcp_conn *c;
 	unsigned k;                   /* its client stack: its home worker */
 	bool up;
-	uint8_t in[SPIN_HDR];
-	unsigned in_len;
-	uint32_t *pend;               /* requests sent and not answered, oldest first */
+	uint8_t *in;                  /* reply bytes not yet a whole reply */
+	size_t in_len, in_cap;
+	struct fr_pend *pend;         /* requests sent and not answered, oldest first */
 	uint32_t pend_head, pend_n, pend_cap;
 	uint8_t *out;                 /* request bytes the stack has not taken yet */
 	size_t out_len, out_cap;
@@ -159,6 +177,23 @@ struct fr {
 	struct fp_rt_config rtc;
 	struct echo_opts eo;
 	struct fp_app app;
+	/* --app kv: fp-kv's server; its handler (evl's) is wrapped by fr_kv_handle */
+	bool kv;
+	struct kv_server kvs;
+	bool kvs_open;
+	struct fp_app kvapp;
+	struct qs_dist sdist;         /* a command's service time (-d, in units of --mean-us) */
+	bool sdist_set;
+	struct qs_rng srng;
+	uint64_t kv_cmds;             /* commands fp-kv's handler ran */
+	uint64_t app_cycles;          /* the real handler's own time on this machine (TSC) */
+	/* --app kv: the client's memcache protocol (fp-loadgen's) and its keys */
+	struct lg_proto *mc;
+	uint8_t *mc_buf;
+	size_t mc_max;
+	struct lg_rng lrng;
+	bool preloading;
+	uint64_t preload_done, kv_misses;
 	uint16_t table[FP_RSS_GROUPS];
 	struct fp_rss rss;
 	struct fp_rt_virtual *v;
@@ -547,6 +582,43 @@ static void fr_spin(uint64_t ns)
 	c->in_spin = false;
 }
 
+/* Commands fp-kv's handler has run, all workers together (its fp_ctx_count). */
+static uint64_t kv_ops(const struct fr *f)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < f->n; i++)
+		if (f->core[i].w)
+			n += fp_rt_vworker_stats(f->core[i].w)->app_ops;
+	return n;
+}
+
+/* --app kv: evl's handler (fp-kv's callbacks) runs as it would on a real core; then the
+ * core spends a service time drawn from -d for each command it ran. The handler's own
+ * time on this machine is the application's, not the round's (left out of the fit). */
+static void fr_kv_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsigned n,
+			 const struct fp_call *rets, unsigned n_rets)
+{
+	struct fr *f = F;
+	struct fr_core *c = f->cur;
+	uint64_t ops = kv_ops(f), t0 = fp_rdtsc(), dt;
+	double ns = 0;
+
+	f->kvapp.handle(ctx, conds, n, rets, n_rets);
+	dt = fp_rdtsc() - t0;
+	f->app_cycles += dt;
+	if (c)
+		c->seg += dt;
+	ops = kv_ops(f) - ops;
+	f->kv_cmds += ops;
+	if (!c || c->in_spin)
+		return;   /* not in a round (cannot happen: an interrupt runs no handler) */
+	while (ops--)
+		ns += qs_dist_sample(&f->sdist, &f->srng) * f->cfg->mean_us * 1000.0;
+	if (ns > 0)
+		fr_spin((uint64_t)llround(ns));
+}
+
 /* rt_vkick (--notify ipi): the running core interrupts @h; it arrives ipi_ns later, and
  * the sender pays kick_ns. */
 static int fr_kick(unsigned h)
@@ -806,15 +878,12 @@ static int conn_send(struct fr *f, struct fr_conn *cn)
 	return 0;
 }
 
-static int conn_request(struct fr *f, uint64_t i)
+/* Request @i (FR_PRELOAD: a key's SET) is sent on @cn: it waits for its answer. */
+static int pend_push(struct fr_conn *cn, uint32_t i, const struct lg_req *lr)
 {
-	const struct vs_req *rq = &f->r->req[i];
-	struct fr_conn *cn = &f->conn[rq->flow];
-	uint8_t h[SPIN_HDR];
-
 	if (cn->pend_n == cn->pend_cap) {
 		uint32_t cap = cn->pend_cap ? cn->pend_cap * 2 : 8;
-		uint32_t *a = malloc(cap * sizeof(*a));
+		struct fr_pend *a = malloc(cap * sizeof(*a));
 
 		if (!a)
 			return -ENOMEM;
@@ -825,60 +894,186 @@ static int conn_request(struct fr *f, uint64_t i)
 		cn->pend_cap = cap;
 		cn->pend_head = 0;
 	}
-	cn->pend[(cn->pend_head + cn->pend_n) % cn->pend_cap] = (uint32_t)i;
+	cn->pend[(cn->pend_head + cn->pend_n) % cn->pend_cap] = (struct fr_pend){ i, *lr };
 	cn->pend_n++;
-	if (cn->out_len + SPIN_HDR > cn->out_cap) {
-		size_t cap = cn->out_cap ? cn->out_cap * 2 : 256;
-		uint8_t *o = realloc(cn->out, cap);
+	return 0;
+}
 
-		if (!o)
+static struct fr_pend pend_pop(struct fr_conn *cn)
+{
+	struct fr_pend p = cn->pend[cn->pend_head];
+
+	cn->pend_head = (cn->pend_head + 1) % cn->pend_cap;
+	cn->pend_n--;
+	return p;
+}
+
+/* Bytes for the stack to take, after what it has not taken yet. */
+static int conn_queue(struct fr_conn *cn, const void *b, size_t n)
+{
+	if (cn->out_len + n > cn->out_cap) {
+		size_t cap = cn->out_cap ? cn->out_cap : 256;
+		uint8_t *o;
+
+		while (cap < cn->out_len + n)
+			cap *= 2;
+		if (!(o = realloc(cn->out, cap)))
 			return -ENOMEM;
 		cn->out = o;
 		cn->out_cap = cap;
 	}
-	uint32_t w[2] = { SPIN_MAGIC, SPIN_HDR };
-	uint64_t ns = rq->svc_ns;
-
-	memcpy(h, w, 8);            /* little-endian, as the protocol says (x86) */
-	memcpy(h + 8, &ns, 8);
-	memcpy(cn->out + cn->out_len, h, SPIN_HDR);
-	cn->out_len += SPIN_HDR;
-	return conn_send(f, cn);
+	memcpy(cn->out + cn->out_len, b, n);
+	cn->out_len += n;
+	return 0;
 }
 
-/* A reply's bytes: each whole header answers the oldest request of its flow. */
-static void conn_replies(struct fr *f, struct fr_conn *cn, const struct fp_mbuf *m, uint32_t len)
+static int conn_request(struct fr *f, uint64_t i)
 {
-	for (uint32_t off = 0; off < len;) {
-		uint32_t take = SPIN_HDR - cn->in_len;
+	const struct vs_req *rq = &f->r->req[i];
+	struct fr_conn *cn = &f->conn[rq->flow];
+	struct lg_req lr = { 0 };
+	int rc;
 
-		if (take > len - off)
-			take = len - off;
-		fp_mbuf_read(m, off, cn->in + cn->in_len, take);
-		cn->in_len += take;
-		off += take;
-		if (cn->in_len < SPIN_HDR)
-			break;
-		cn->in_len = 0;
+	if (f->kv) {
+		size_t n = lg_proto_memcache.encode(f->mc, &f->lrng, f->mc_buf, f->mc_max, &lr);
+
+		if (!n)
+			return -EMSGSIZE;
+		rc = pend_push(cn, (uint32_t)i, &lr);
+		if (!rc)
+			rc = conn_queue(cn, f->mc_buf, n);
+	} else {
+		uint32_t w[2] = { SPIN_MAGIC, SPIN_HDR };
+		uint64_t ns = rq->svc_ns;
+		uint8_t h[SPIN_HDR];
+
+		memcpy(h, w, 8);            /* little-endian, as the protocol says (x86) */
+		memcpy(h + 8, &ns, 8);
+		rc = pend_push(cn, (uint32_t)i, &lr);
+		if (!rc)
+			rc = conn_queue(cn, h, SPIN_HDR);
+	}
+	return rc ? rc : conn_send(f, cn);
+}
+
+/* --app kv: every key is stored before the arrivals start (fp-loadgen's --preload), the
+ * SETs spread over the connections. */
+static int kv_preload(struct fr *f)
+{
+	for (uint64_t j = 0; j < f->cfg->kv_keys; j++) {
+		struct fr_conn *cn = &f->conn[j % f->cfg->flows];
+		struct lg_req lr = { 0 };
+		size_t n = lg_proto_memcache.encode_preload(f->mc, j, &f->lrng, f->mc_buf,
+							    f->mc_max, &lr);
+		int rc;
+
+		if (!n)
+			return -EMSGSIZE;
+		if ((rc = pend_push(cn, FR_PRELOAD, &lr)) || (rc = conn_queue(cn, f->mc_buf, n)))
+			return rc;
+	}
+	for (uint32_t i = 0; i < f->cfg->flows; i++)
+		if (conn_send(f, &f->conn[i]))
+			return -EPIPE;
+	f->preloading = true;
+	return 0;
+}
+
+/* Request @p was answered now: its latency. */
+static void reply_done(struct fr *f, struct fr_conn *cn, uint32_t i)
+{
+	struct vs_req *rq = &f->r->req[i];
+
+	rq->t_done = f->now - f->t0;
+	if (i >= f->r->warm)
+		fp_hist_record(&f->r->core[cn->k].lat, rq->t_done - rq->t_arr);
+	f->replied++;
+	f->last_reply = f->now;
+}
+
+/* A reply's bytes (spin): each whole header answers the oldest request of its flow. */
+static void spin_replies(struct fr *f, struct fr_conn *cn)
+{
+	size_t off = 0;
+
+	for (; cn->in_len - off >= SPIN_HDR; off += SPIN_HDR) {
+		uint64_t ns;
+
 		if (!cn->pend_n) {
 			f->bad_replies++;
 			continue;
 		}
-		uint32_t i = cn->pend[cn->pend_head];
-		struct vs_req *rq = &f->r->req[i];
-		uint64_t ns;
+		struct fr_pend p = pend_pop(cn);
 
-		cn->pend_head = (cn->pend_head + 1) % cn->pend_cap;
-		cn->pend_n--;
-		memcpy(&ns, cn->in + 8, 8);
-		if (ns != rq->svc_ns)
+		memcpy(&ns, cn->in + off + 8, 8);
+		if (ns != f->r->req[p.i].svc_ns)
 			f->bad_replies++;
-		rq->t_done = f->now - f->t0;
-		if (i >= f->r->warm)
-			fp_hist_record(&f->r->core[cn->k].lat, rq->t_done - rq->t_arr);
-		f->replied++;
-		f->last_reply = f->now;
+		reply_done(f, cn, p.i);
 	}
+	memmove(cn->in, cn->in + off, cn->in_len - off);
+	cn->in_len -= off;
+}
+
+/* A reply's bytes (--app kv): fp-loadgen's parser takes each whole answer for the oldest
+ * request; an error answer or an answer to nothing sent counts as a bad reply, a stream
+ * that cannot be memcache's ends the run. */
+static int kv_replies(struct fr *f, struct fr_conn *cn)
+{
+	size_t off = 0;
+
+	while (cn->pend_n && off < cn->in_len) {
+		struct fr_pend *p = &cn->pend[cn->pend_head];
+		enum lg_status st = LG_RESP_OK;
+		long k = lg_proto_memcache.parse(f->mc, &p->lr, cn->in + off, cn->in_len - off, &st);
+
+		if (k == 0)
+			break;
+		if (k < 0) {
+			snprintf(f->err, sizeof(f->err), "flow %u: a reply that is not memcache's: "
+				 "\"%.*s\"", (unsigned)(cn - f->conn),
+				 (int)(cn->in_len - off < 40 ? cn->in_len - off : 40), cn->in + off);
+			return -EBADMSG;
+		}
+		off += (size_t)k;
+		struct fr_pend d = pend_pop(cn);
+
+		if (st == LG_RESP_ERROR)
+			f->bad_replies++;
+		else if (st == LG_RESP_MISS)
+			f->kv_misses++;
+		if (d.i == FR_PRELOAD)
+			f->preload_done++;
+		else
+			reply_done(f, cn, d.i);
+	}
+	if (!cn->pend_n && off < cn->in_len) {
+		f->bad_replies++;   /* bytes that answer nothing sent */
+		off = cn->in_len;
+	}
+	memmove(cn->in, cn->in + off, cn->in_len - off);
+	cn->in_len -= off;
+	return 0;
+}
+
+static int conn_replies(struct fr *f, struct fr_conn *cn, const struct fp_mbuf *m, uint32_t len)
+{
+	if (cn->in_len + len > cn->in_cap) {
+		size_t cap = cn->in_cap ? cn->in_cap : 256;
+		uint8_t *b;
+
+		while (cap < cn->in_len + len)
+			cap *= 2;
+		if (!(b = realloc(cn->in, cap)))
+			return -ENOMEM;
+		cn->in = b;
+		cn->in_cap = cap;
+	}
+	fp_mbuf_read(m, 0, cn->in + cn->in_len, len);
+	cn->in_len += len;
+	if (f->kv)
+		return kv_replies(f, cn);
+	spin_replies(f, cn);
+	return 0;
 }
 
 static int client_events(struct fr *f, unsigned k)
@@ -900,11 +1095,14 @@ static int client_events(struct fr *f, unsigned k)
 				cn->up = true;
 				f->n_up++;
 				break;
-			case FP_EV_TCP_RECV:
-				if (cn)
-					conn_replies(f, cn, ev[i].m, ev[i].len);
+			case FP_EV_TCP_RECV: {
+				int rc = cn ? conn_replies(f, cn, ev[i].m, ev[i].len) : 0;
+
 				fp_tcp_recv_done(f->cst[k], ev[i].conn, ev[i].len);
+				if (rc)
+					return rc;
 				break;
+			}
 			case FP_EV_TCP_SENT:
 				if (cn && conn_send(f, cn))
 					return -EPIPE;
@@ -979,8 +1177,13 @@ static int client_step(struct fr *f, uint64_t t)
 		if ((rc = client_events(f, k)))
 			return rc;
 	}
-	if (!f->t0 && f->n_up == f->cfg->flows)
-		f->t0 = t + 10 * FP_NS_PER_US;   /* every flow is up: the arrivals start */
+	if (!f->t0 && f->n_up == f->cfg->flows) {
+		/* every flow is up (--app kv: and every key stored): the arrivals start */
+		if (f->kv && !f->preloading && (rc = kv_preload(f)))
+			return rc;
+		if (!f->kv || f->preload_done == f->cfg->kv_keys)
+			f->t0 = t + 10 * FP_NS_PER_US;
+	}
 	while (f->t0 && f->next_req < f->r->n_req &&
 	       f->t0 + f->r->req[f->next_req].t_arr <= t)
 		if ((rc = conn_request(f, f->next_req++)))
@@ -999,6 +1202,17 @@ static int client_setup(struct fr *f)
 	stall_init(&f->cstall, f->cfg->stalls, 1, f->rtc.seed * 0x2545f4914f6cdd1dull + 0x51ab);
 	if (!(f->cpool = fp_pool_create(&pp)) || fp_pool_cache_init(&f->ccache, f->cpool))
 		return -ENOMEM;
+	if (f->kv) {
+		struct lg_proto_config pc = { .name = "memcache", .workload = "usr",
+					      .records = f->cfg->kv_keys };
+
+		if (!(f->mc = lg_proto_memcache.create(&pc, f->err, sizeof(f->err))))
+			return -EINVAL;
+		f->mc_max = lg_proto_memcache.max_request(f->mc);
+		if (!(f->mc_buf = malloc(f->mc_max)))
+			return -ENOMEM;
+		lg_rng_seed(&f->lrng, f->rtc.seed * 0x9e3779b97f4a7c15ull + 0x6b76);
+	}
 	f->cst = calloc(f->n, sizeof(*f->cst));
 	f->to_cli = calloc(f->n, sizeof(*f->to_cli));
 	f->conn = calloc(f->cfg->flows, sizeof(*f->conn));
@@ -1053,11 +1267,29 @@ static int machine_setup(struct fr *f)
 	f->rng = f->rtc.seed * 0xd1b54a32d192ed03ull;
 	f->rtc.stack.secret = f->rtc.seed * 0x9e3779b97f4a7c15ull + 2;
 	f->rtc.stack.max_conns = cfg->flows + 64;
-	f->eo.mode = ECHO_SPIN;
-	f->eo.cmd = "spin";
-	f->eo.port = FR_PORT;
-	f->eo.native = true;
-	echo_spin_native_app(&f->app, &f->eo);
+	if (f->kv) {
+		kv_server_defaults(&f->kvs);
+		f->kvs.set.tcpport = FR_PORT;
+		f->kvs.set.maxconns = cfg->flows + 64;
+		if (kv_server_open(&f->kvs, f->n, f->err, sizeof(f->err)))
+			return -EINVAL;
+		f->kvs_open = true;
+		kv_server_app(&f->kvs, &f->kvapp);
+		f->app = f->kvapp;
+		f->app.handle = fr_kv_handle;
+		if (qs_dist_parse(&f->sdist, cfg->dist)) {
+			snprintf(f->err, sizeof(f->err), "-d %s: not a distribution", cfg->dist);
+			return -EINVAL;
+		}
+		f->sdist_set = true;
+		qs_rng_seed(&f->srng, f->rtc.seed, 7);
+	} else {
+		f->eo.mode = ECHO_SPIN;
+		f->eo.cmd = "spin";
+		f->eo.port = FR_PORT;
+		f->eo.native = true;
+		echo_spin_native_app(&f->app, &f->eo);
+	}
 	for (unsigned g = 0; g < FP_RSS_GROUPS; g++)
 		f->table[g] = (uint16_t)(g % f->n);
 	fp_rss_init(&f->rss, fp_rss_key_symmetric);
@@ -1121,7 +1353,15 @@ static void fr_free(struct fr *f)
 	for (uint32_t i = 0; f->conn && i < f->cfg->flows; i++) {
 		free(f->conn[i].pend);
 		free(f->conn[i].out);
+		free(f->conn[i].in);
 	}
+	if (f->kvs_open)
+		kv_server_close(&f->kvs);
+	if (f->sdist_set)
+		qs_dist_free(&f->sdist);
+	if (f->mc)
+		lg_proto_memcache.destroy(f->mc);
+	free(f->mc_buf);
 	if (f->cpool) {
 		fp_pool_cache_flush(&f->ccache);
 		fp_pool_destroy(f->cpool);
@@ -1208,7 +1448,8 @@ static int fr_loop(struct fr *f)
 		snprintf(what, sizeof(what), "%llu of %llu replies missing%s",
 			 (unsigned long long)(f->r->n_req - f->replied),
 			 (unsigned long long)f->r->n_req,
-			 f->t0 ? "" : " (the connections are not all up)");
+			 f->t0 ? "" : f->preloading ? " (the keys are not all stored)" :
+			 " (the connections are not all up)");
 		if ((rc = fr_step(f, f->t0 ? f->t0 + last_arr + FR_STALL_NS : FR_STALL_NS, what)))
 			return rc;
 	}
@@ -1240,6 +1481,7 @@ int vs_full(struct vs_run *r, struct vs_result *res, char *err, size_t errlen)
 	f->r = r;
 	f->cfg = r->cfg;
 	f->n = r->cfg->n;
+	f->kv = r->cfg->app == VS_APP_KV;
 	F = f;
 	fp_spin_hook = fr_spin;
 	if (!(rc = machine_setup(f)) && !(rc = client_setup(f)) && !(rc = client_dial(f)))
@@ -1275,6 +1517,10 @@ int vs_full(struct vs_run *r, struct vs_result *res, char *err, size_t errlen)
 			res->batches += s->sched_local + s->sched_stolen;   /* flows' batches run */
 		}
 		res->order_errors += f->bad_replies;
+		res->kv_misses = f->kv_misses;
+		res->app_cmds = f->kv_cmds;
+		res->app_ns_per_cmd = f->kv_cmds ? (double)fp_cycles_to_ns(f->app_cycles) /
+						   (double)f->kv_cmds : 0;
 	}
 	if (rc && err)
 		snprintf(err, errlen, "%s", f->err[0] ? f->err : strerror(-rc));

@@ -28,7 +28,7 @@ static const char usage[] =
 	"  --notify poll|ipi      how a busy home learns of work for it: at its next loop\n"
 	"                         pass, or by an interrupt (ZygOS's IPI; on real threads a\n"
 	"                         SIGUSR1 to the worker)\n"
-	"  -d, --dist NAME        det, exp, bimodal1 (90%% S/2, 10%% 5.5 S), bimodal2; default exp\n"
+	"  -d, --dist NAME        det, exp, bimodal1 (90% S/2, 10% 5.5 S), bimodal2; default exp\n"
 	"  --mean-us S            mean service time (default 10)\n"
 	"  -l, --load L           offered load: arrival rate x S / n (default 0.5)\n"
 	"  --sweep A:B:STEP       loads from A to B\n"
@@ -47,7 +47,7 @@ static const char usage[] =
 	"                         poll; the others are burstable, granted a core when a home's\n"
 	"                         queue holds an item two passes running, parking after\n"
 	"                         --spin-us without work; their cores' idle time is the batch\n"
-	"                         job's (the cores and batch%% columns)\n"
+	"                         job's (the cores and batch% columns)\n"
 	"  --homes G              with --alloc: workers that own the flows (default 1)\n"
 	"  --alloc-us I           with --alloc: the allocator's interval (default 5)\n"
 	"  --spin-us P            with --alloc: a burstable worker's look before it parks\n"
@@ -77,9 +77,10 @@ static const char usage[] =
 	"                         WORKERS@GHZ, ... sets the configurations to step through)\n"
 	"  --full                 the real dataplane instead of the model, in virtual time:\n"
 	"                         rt/'s worker loop, the TCP/IP stack, steal.c and fp-echo\n"
-	"                         spin --native's handler on each core, a virtual NIC with\n"
-	"                         RSS, a client stack sending the requests over TCP (--flows\n"
-	"                         connections, default 1024); costs: poll_ns, rx_ns,\n"
+	"                         spin --native's handler (or fp-kv's, --app kv) on each\n"
+	"                         core, a virtual NIC with RSS, a client stack sending the\n"
+	"                         requests over TCP (--flows connections, default 1024);\n"
+	"                         costs: poll_ns, rx_ns,\n"
 	"                         tx_ns, steal_ns, wire_ns; with --notify ipi (rt/ipi.c's\n"
 	"                         interrupts, delivered in virtual time) also kick_ns,\n"
 	"                         ipi_ns, ipi_handle_ns\n"
@@ -89,6 +90,12 @@ static const char usage[] =
 	"                         gets a round's requests in chunks and what it sent leaves\n"
 	"                         once it has run this long since the last send (default 0:\n"
 	"                         at the round's end, IX's batching)\n"
+	"  --app spin|kv          --full: the server: fp-echo's spin server (default), or\n"
+	"                         fp-kv (apps/kv/server.c, one store) with fp-loadgen's\n"
+	"                         memcache client (USR: 99.8% GET); every key is stored\n"
+	"                         first; each command fp-kv runs costs a service time from\n"
+	"                         -d and --mean-us (with --app kv: default det, 0.5 us)\n"
+	"  --keys N               --app kv: the key space (default 10000)\n"
 	"  --steal-force          --full: every batch runs on a thief, none at home\n"
 	"  --loss P, --reorder P  --full: each frame's chance of being dropped, or held back\n"
 	"                         1-50 us (later ones pass it), on the virtual wire\n"
@@ -257,6 +264,10 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 		if (c->full)
 			fprintf(o->f, "# the workers' rounds that did work: %.3f us per request "
 				"beyond its service time\n", r->busy_ns_per_req / us);
+		if (c->app == VS_APP_KV)
+			fprintf(o->f, "# fp-kv: %llu commands (the %llu keys' SETs among them), %llu "
+				"GETs missed\n", (unsigned long long)r->app_cmds,
+				(unsigned long long)c->kv_keys, (unsigned long long)r->kv_misses);
 		if (c->stalls)
 			fprintf(o->f, "# stalls: the workers %llu (%.3f ms), the client %llu (%.3f "
 				"ms) of %.3f s\n", (unsigned long long)r->stalls_server,
@@ -341,6 +352,9 @@ static void print_point(struct out *o, const struct vs_config *c, const struct v
 			(unsigned long long)r->wire_drops, (unsigned long long)r->wire_delayed,
 			(unsigned long long)r->nic_drops, (unsigned long long)r->conns_closed,
 			r->busy_ns_per_req / us);
+	if (c->app == VS_APP_KV)
+		fprintf(o->f, ", \"kv_commands\": %llu, \"kv_misses\": %llu",
+			(unsigned long long)r->app_cmds, (unsigned long long)r->kv_misses);
 	if (c->stalls)
 		fprintf(o->f, ", \"stalls_workers\": %llu, \"stalls_workers_ms\": %.6g, "
 			"\"stalls_client\": %llu, \"stalls_client_ms\": %.6g",
@@ -376,6 +390,10 @@ static void print_header(struct out *o, const struct vs_config *c, int argc, cha
 			(c->victim == FP_SHUF_VICTIM_OLDEST ? " (oldest)" : " (random)") : "",
 			c->notify == VS_NOTIFY_IPI ? " +ipi" : "", c->dist, c->mean_us, nreq, c->flows,
 			(unsigned long long)c->seed);
+		if (c->app == VS_APP_KV)
+			fprintf(o->f, "# fp-kv (apps/kv/server.c) and fp-loadgen's memcache client: "
+				"usr, %llu keys stored first; a command's service time %s, mean %g us\n",
+				(unsigned long long)c->kv_keys, c->dist, c->mean_us);
 		if (c->alloc)
 			fprintf(o->f, "# alloc: %u homes, %u burstable, a pass every %g us, parking after "
 				"%g us idle, wake %g ns, park %g ns\n", c->homes, c->n - c->homes,
@@ -430,6 +448,10 @@ static void print_header(struct out *o, const struct vs_config *c, int argc, cha
 		fprintf(o->f, "%s\"%s\": %g", i ? ", " : "", vs_cost_names[i].name,
 			*(const double *)(const void *)((const char *)&c->costs + vs_cost_names[i].off));
 	fputc('}', o->f);
+	if (c->full)
+		fprintf(o->f, ", \"app\": \"%s\"", c->app == VS_APP_KV ? "kv" : "spin");
+	if (c->app == VS_APP_KV)
+		fprintf(o->f, ", \"keys\": %llu", (unsigned long long)c->kv_keys);
 	if (c->alloc)
 		fprintf(o->f, ", \"alloc\": {\"homes\": %u, \"burstable\": %u, \"interval_us\": %g, "
 			"\"spin_us\": %g}", c->homes, c->n - c->homes, c->alloc_us, c->spin_us);
@@ -515,6 +537,11 @@ static void write_calibration(const char *path, const struct vs_config *c,
 			"flows stolen (R^2 %.3f); the virtual NIC's copies are in rx and tx\n",
 			(unsigned long long)r->fit_rounds, (unsigned long long)r->fit_stalls,
 			r->fit_r2);
+		if (c->app == VS_APP_KV)
+			fprintf(f, "# fp-kv's handler (evl and the protocol, left out of the rounds "
+				"above) ran %llu commands, %.0f ns each on this machine's TSC: its "
+				"own time is --mean-us %.3f\n", (unsigned long long)r->app_cmds,
+				r->app_ns_per_cmd, r->app_ns_per_cmd / 1000.0);
 		fprintf(f, "poll_ns=%.1f\nrx_ns=%.1f\ntx_ns=%.1f\nsteal_ns=%.1f\n",
 			r->measured.poll_ns, r->measured.rx_ns, r->measured.tx_ns,
 			r->measured.steal_ns);
@@ -542,7 +569,7 @@ enum { O_SCHED = 256, O_VICTIM, O_NOTIFY, O_MEAN, O_SWEEP, O_MAXLOAD, O_SLO, O_R
        O_FLOWS, O_BATCH, O_SEED, O_COST, O_COSTS, O_LIST, O_REAL, O_CORES, O_CALIB, O_FORMAT,
        O_QUIET, O_ALLOC, O_HOMES, O_ALLOC_US, O_SPIN_US, O_SHIFT, O_WINDOWS, O_GHZ, O_NOMINAL,
        O_SLO_US, O_PATTERN, O_PATTERN_S, O_CTL, O_POLICY, O_FULL, O_STEAL_FORCE, O_LOSS,
-       O_REORDER, O_IPI_AFTER, O_STALLS, O_FLUSH };
+       O_REORDER, O_IPI_AFTER, O_STALLS, O_FLUSH, O_APP, O_KEYS };
 
 static const struct option opts[] = {
 	{"workers", required_argument, 0, 'n'}, {"sched", required_argument, 0, O_SCHED},
@@ -559,6 +586,7 @@ static const struct option opts[] = {
 	{"loss", required_argument, 0, O_LOSS}, {"reorder", required_argument, 0, O_REORDER},
 	{"stalls", required_argument, 0, O_STALLS}, {"flush-us", required_argument, 0, O_FLUSH},
 	{"ipi-after-us", required_argument, 0, O_IPI_AFTER},
+	{"app", required_argument, 0, O_APP}, {"keys", required_argument, 0, O_KEYS},
 	{"calibrate", required_argument, 0, O_CALIB}, {"format", required_argument, 0, O_FORMAT},
 	{"quiet", no_argument, 0, O_QUIET}, {"alloc", no_argument, 0, O_ALLOC},
 	{"homes", required_argument, 0, O_HOMES}, {"alloc-us", required_argument, 0, O_ALLOC_US},
@@ -579,6 +607,7 @@ int main(int argc, char **argv)
 	};
 	double sw_a = 0, sw_b = 0, sw_step = 0;
 	bool sweep = false, max_load = false, quiet = !isatty(2), json = false, flows_set = false;
+	bool dist_set = false, mean_set = false, keys_set = false;
 	const char *outpath = NULL, *calib = NULL, *policy = NULL;
 	double pattern_s = 8;
 	struct out o = {0};
@@ -608,8 +637,12 @@ int main(int argc, char **argv)
 			    strcmp(optarg, "bimodal2"))
 				die("--dist: '%s' is not det, exp, bimodal1 or bimodal2", optarg);
 			c.dist = optarg;
+			dist_set = true;
 			break;
-		case O_MEAN: c.mean_us = num("mean-us", optarg, 0.01, 1e6); break;
+		case O_MEAN:
+			c.mean_us = num("mean-us", optarg, 0.01, 1e6);
+			mean_set = true;
+			break;
 		case 'l': c.load = num("load", optarg, 0.001, 0.999); break;
 		case O_SWEEP:
 			if (sscanf(optarg, "%lf:%lf:%lf", &sw_a, &sw_b, &sw_step) != 3 || !(sw_a > 0) ||
@@ -642,6 +675,15 @@ int main(int argc, char **argv)
 		case O_REAL: c.real = true; break;
 		case O_FULL: c.full = true; break;
 		case O_STEAL_FORCE: c.steal_force = true; break;
+		case O_APP:
+			if (!strcmp(optarg, "spin")) c.app = VS_APP_SPIN;
+			else if (!strcmp(optarg, "kv")) c.app = VS_APP_KV;
+			else die("--app: '%s' is not spin or kv", optarg);
+			break;
+		case O_KEYS:
+			c.kv_keys = (uint64_t)num("keys", optarg, 1, 1e7);
+			keys_set = true;
+			break;
 		case O_IPI_AFTER: c.ipi_after_us = num("ipi-after-us", optarg, 0, 1e6); break;
 		case O_FLUSH: c.flush_us = num("flush-us", optarg, 0, 1e6); break;
 		case O_LOSS: c.loss = num("loss", optarg, 0, 0.5); break;
@@ -709,6 +751,18 @@ int main(int argc, char **argv)
 		    "more");
 	if (c.full && !flows_set)
 		c.flows = 1024;
+	if (c.app == VS_APP_KV && !c.full)
+		die("--app kv runs fp-kv itself: with --full");
+	if (keys_set && c.app != VS_APP_KV)
+		die("--keys is fp-kv's key space: with --full --app kv");
+	if (c.app == VS_APP_KV) {
+		if (!keys_set)
+			c.kv_keys = 10000;   /* mutilate's and fp-loadgen's default */
+		if (!dist_set)
+			c.dist = "det";
+		if (!mean_set)
+			c.mean_us = 0.5;
+	}
 	if (c.alloc && c.real)
 		die("--alloc runs in virtual time only (the real allocator is another program)");
 	if (c.alloc && c.sched != VS_SCHED_STEAL)

@@ -36,6 +36,7 @@
 
 enum vs_sched { VS_SCHED_PART = 0, VS_SCHED_STEAL };
 enum vs_notify { VS_NOTIFY_POLL = 0, VS_NOTIFY_IPI };
+enum vs_app { VS_APP_SPIN = 0, VS_APP_KV };   /* --full: fp-echo's spin server, or fp-kv */
 
 /* The cost model, in ns (virtual world), or the mean measured cost (real world). */
 struct vs_costs {
@@ -85,6 +86,8 @@ struct vs_config {
 	bool real;
 	bool full;                   /* the real workers, stack and handler (full.c) */
 	bool steal_force;            /* --full: every batch runs on a thief */
+	enum vs_app app;             /* --full --app */
+	uint64_t kv_keys;            /* --app kv: the key space (--keys), all stored first */
 	double ipi_after_us;         /* --full --notify ipi: the runtime's --ipi-after-us */
 	double flush_us;             /* --full: the runtime's --flush-us */
 	double loss, reorder;        /* --full: each frame's chance of being dropped, and of
@@ -268,6 +271,11 @@ struct vs_result {
 	double stalls_server_ms, stalls_client_ms;
 	double fit_r2;                    /* --full: measured costs' fit (R²) over fit_rounds */
 	uint64_t fit_rounds, fit_stalls;   /* rounds fitted; left out as stalls (> 50 us) */
+	/* --full --app kv: GETs that missed (none should, every key is stored first), the
+	 * commands fp-kv's handler ran (the keys' SETs too) and its own time per command on
+	 * this machine's TSC */
+	uint64_t kv_misses, app_cmds;
+	double app_ns_per_cmd;
 };
 
 /* costs.c: NAME=NS lines ('#' starts a comment, blank lines skipped) into @k, from

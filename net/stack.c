@@ -356,11 +356,16 @@ int net_tx_frame(struct fp_stack *st, struct fp_mbuf *m)
 
 unsigned fp_stack_tx(struct fp_stack *st, struct fp_mbuf **out, unsigned max)
 {
+	if (st->tcp)
+		tcp_timer_flush(st);
+	return fp_stack_tx_early(st, out, max);
+}
+
+unsigned fp_stack_tx_early(struct fp_stack *st, struct fp_mbuf **out, unsigned max)
+{
 	struct net_txq *q = &st->tx;
 	unsigned n = max < q->count ? max : q->count;
 
-	if (st->tcp)
-		tcp_timer_flush(st);
 	for (unsigned i = 0; i < n; i++) {
 		out[i] = q->v[q->head];
 		q->head = (q->head + 1) & (q->cap - 1);

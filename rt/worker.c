@@ -389,12 +389,15 @@ static fp_cold void rt_tx_shed(struct rt_wk *w)
 }
 
 /* Step 6. Returns the frames the device took. */
-static unsigned rt_tx(struct rt_wk *w)
+/* The stack's frames to the device; @early: in the middle of a round (fp_stack_tx_early). */
+static unsigned rt_tx_frames(struct rt_wk *w, bool early)
 {
 	unsigned sent = 0;
 
 	for (;;) {
-		unsigned n = w->n_tx + fp_stack_tx(w->st, w->tx + w->n_tx, RT_TX_HOLD - w->n_tx);
+		unsigned room = RT_TX_HOLD - w->n_tx;
+		unsigned n = w->n_tx + (early ? fp_stack_tx_early(w->st, w->tx + w->n_tx, room) :
+					fp_stack_tx(w->st, w->tx + w->n_tx, room));
 		if (!n)
 			break;
 		unsigned k = w->q->ops->tx_burst(w->q, w->tx, n);
@@ -409,6 +412,11 @@ static unsigned rt_tx(struct rt_wk *w)
 			break;
 	}
 	return sent;
+}
+
+static unsigned rt_tx(struct rt_wk *w)
+{
+	return rt_tx_frames(w, false);
 }
 
 /* ---- statistics ---- */
@@ -999,10 +1007,12 @@ static void rt_irq(struct fp_ctx *ctx)
 	fp_stack_irq(w->st, false);
 }
 
-/* Mid-round (steal.c, between long handlers): the stack's frames to the device. */
+/* Mid-round (steal.c, between long handlers): the stack's frames to the device; the
+ * timer updates put off stay so until the round's end (the later handlers' answers may
+ * clear their delayed ACKs). */
 static void rt_flush(struct fp_ctx *ctx)
 {
-	rt_tx(wk_of(ctx));
+	rt_tx_frames(wk_of(ctx), true);
 }
 
 #define RT_WORKER_OPS(n) { .name = (n), .exec = rt_exec, .irq_prepare = rt_irq_prepare, \

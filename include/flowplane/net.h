@@ -185,6 +185,11 @@ unsigned fp_stack_poll(struct fp_stack *st, uint64_t now_us);
 /* Take up to @max frames to transmit, oldest first. The caller owns them (frees them after
  * the device is done). */
 unsigned fp_stack_tx(struct fp_stack *st, struct fp_mbuf **out, unsigned max);
+/* The same in the middle of a round (between an application's handlers): the timer
+ * updates the round's segments put off stay put off, so an answer later in the round
+ * still clears its conn's delayed ACK before a timer is armed for it (fp_stack_tx,
+ * fp_stack_next_us or fp_stack_poll at the round's end make them). */
+unsigned fp_stack_tx_early(struct fp_stack *st, struct fp_mbuf **out, unsigned max);
 
 /* Frames waiting in fp_stack_tx(). */
 unsigned fp_stack_tx_pending(const struct fp_stack *st);

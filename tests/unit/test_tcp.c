@@ -1467,6 +1467,42 @@ static void test_answer_in_the_same_round_sets_no_delack_timer(void **state)
 	t_expect_recv(h, c, t_pat, 100);
 }
 
+/* Frames taken in the middle of a round (fp_stack_tx_early: steal.c and --flush-us send
+ * between handlers) leave the other conns' timer updates put off: a request whose answer
+ * comes later in the round still sets no delayed-ACK timer. Taken with fp_stack_tx, the
+ * second conn's update is made then, and its delack timer stays armed after the answer. */
+static void test_frames_taken_early_leave_timer_updates_put_off(void **state)
+{
+	struct nh *h = *state;
+	struct nh_pkt p;
+	struct fp_event ev;
+	struct fp_mbuf *m;
+	struct tcp_test_conn_params p2 = t_est();
+	struct fp_tcp_conn *c1 = t_conn(h, t_est()), *c2;
+	struct t_seg s2 = { .sport = T_RPORT + 1, .dport = T_LPORT, .flags = ACK | PSH, .seq = R,
+			    .ack = S, .wnd = T_WND, .data = t_pat, .len = 100 };
+
+	p2.rport = T_RPORT + 1;
+	c2 = t_conn(h, p2);
+	t_send(h, ACK | PSH, R, S, t_pat, 100);   /* one round brings a request for each */
+	t_input(h, &s2);
+	t_event(h, &ev, FP_EV_TCP_RECV, 0);
+	assert_ptr_equal(ev.conn, c1);
+	t_event(h, &ev, FP_EV_TCP_RECV, 0);
+	assert_ptr_equal(ev.conn, c2);
+	t_no_event(h);
+	assert_int_equal(fp_tcp_send(h->st, c1, t_pat, 10), 10);   /* the first handler */
+	assert_int_equal(fp_stack_tx_early(h->st, &m, 1), 1);        /* its answer leaves */
+	fp_mbuf_free(&h->tp->cache, m);
+	assert_int_equal(fp_tcp_send(h->st, c2, t_pat, 10), 10);   /* the second handler */
+	assert_int_equal(nh_pop(h, &p), 0);                         /* its answer, at the end */
+	assert_int_equal(p.tcp.dport, T_RPORT + 1);
+	assert_int_equal(p.tcp.ack, R + 100);
+	assert_int_equal(p.data_len, 10);
+	t_expect_none(h);
+	assert_true(fp_stack_next_us(h->st) > T0 + FP_NET_DEFAULT_DELACK_US + TICK);
+}
+
 /* tcp.h ACK policy: with cfg.delack_us = FP_NET_DELACK_OFF every in-order segment is
  * acked at once (RFC 5681 §4.2 allows delaying, does not require it). */
 static void test_delack_off_acks_every_segment_at_once(void **state)
@@ -3282,6 +3318,7 @@ int main(void)
 		T(test_in_order_data_delivered_exactly),
 		T(test_delayed_ack_leaves_after_delack_us),
 		T(test_answer_in_the_same_round_sets_no_delack_timer),
+		T(test_frames_taken_early_leave_timer_updates_put_off),
 		T(test_second_full_segment_acked_at_once),
 		T(test_delack_off_acks_every_segment_at_once),
 		T(test_data_segment_piggybacks_delayed_ack),

@@ -61,7 +61,6 @@ LAYERS = [
     ("libc (memcpy, ...)", lambda o, f, fn: "libc.so" in o or "libc" in f.split("/")[-1]),
 ]
 # each app's per-request function; the -threads apps are the same servers written with
-# user-level threads (fp-echo server --threads, fp-kv --style threads)
 # user-level threads (fp-echo server --threads, fp-kv --style threads); echo-native is the
 # echo written on the native API (fp-echo server --native, as IX's was), one echo_recv
 # per message received

@@ -645,3 +645,18 @@ def test_full_kv_calibrates_the_handler(tmp_path):
     assert "fp-kv's handler" in text and "--mean-us" in text
     q = run(*KV, "-n", "2", "-l", "0.2", "--requests", "5000", "--keys", "500", "--costs", f)
     assert q.returncode == 0, q.stderr
+
+
+def test_full_overload_drops_and_recovers():
+    """Offered more than the workers can serve, the NIC's queues overflow (frames dropped
+    for want of a buffer, as a real ring's) and TCP retransmits until every request is
+    answered. The client's stacks share one pool; each once held up to half of it as sent
+    and unacknowledged data, so together they took it whole, the ACKs that would free it
+    found no buffer, and the run stood still (found by fp-kv's --max-load probes)."""
+    p = run(*KV, "-n", "2", "--sched", "part", "--requests", "30000", "--flows", "256",
+            "--cost", "rx_ns=400", "--cost", "tx_ns=500", "-l", "0.9")
+    assert p.returncode == 0, p.stderr
+    pt = json.loads(p.stdout)["points"][0]
+    assert pt["nic_drops"] > 0 and pt["achieved_mrps"] < pt["offered_mrps"]
+    assert pt["order_errors"] == 0 and pt["kv_misses"] == 0
+    assert pt["count"] == 28500 and pt["conns_closed"] == 256

@@ -1225,6 +1225,11 @@ static int client_setup(struct fr *f)
 			.queue_id = (uint16_t)k, .n_queues = (uint16_t)f->n,
 			.rss_key = fp_rss_key_symmetric, .steer_table = f->table,
 			.secret = f->cfg->seed * 0x9e3779b97f4a7c15ull + 1,
+			/* the n stacks share one pool: half of it for what they have sent and
+			 * not seen acknowledged, the rest for what they receive (each stack's
+			 * default is half the pool, which n of them would take whole, leaving
+			 * no buffer for the ACKs that free them) */
+			.tx_bufs = pp.n_bufs / (2 * f->n),
 		};
 
 		if (!(f->cst[k] = fp_stack_create(&sc, 0)))
@@ -1441,15 +1446,17 @@ static int fr_loop(struct fr *f)
 {
 	uint64_t last_arr = f->r->n_req ? f->r->req[f->r->n_req - 1].t_arr : 0;
 	unsigned listeners = server_conns(f);
-	char what[160];
+	char what[256];
 	int rc;
 
 	while (f->replied < f->r->n_req) {
-		snprintf(what, sizeof(what), "%llu of %llu replies missing%s",
+		snprintf(what, sizeof(what), "%llu of %llu replies missing%s (%llu frames dropped "
+			 "for want of a buffer, %llu by the wire)",
 			 (unsigned long long)(f->r->n_req - f->replied),
 			 (unsigned long long)f->r->n_req,
 			 f->t0 ? "" : f->preloading ? " (the keys are not all stored)" :
-			 " (the connections are not all up)");
+			 " (the connections are not all up)", (unsigned long long)f->nic_drops,
+			 (unsigned long long)f->wire_drops);
 		if ((rc = fr_step(f, f->t0 ? f->t0 + last_arr + FR_STALL_NS : FR_STALL_NS, what)))
 			return rc;
 	}

@@ -13,7 +13,7 @@ parts, each a markdown table on stdout and JSON in --out:
              and the handler's median as the service time per command.
   scale      For n = --workers, partitioned and stealing, over --seeds seeds: the highest
              load whose p99 <= --slo-us (fp-vsim --max-load), as requests/s, and per core
-             against one worker.
+             against one worker; --flows-per-worker connections per worker.
   curve      n = the largest of --workers: p50 and p99 against the rate, both policies.
 
 Same seed, same result: the spread over seeds is the workload's, not this machine's (the
@@ -80,7 +80,7 @@ def calibrate(a, vsim):
                 f"{a.calib_workers} workers, steal, load {a.calib_load}, {a.requests} requests, "
                 f"{a.calib_runs} runs (seeds 1-{a.calib_runs}); each value the median "
                 f"(min-max in the comment)\n")
-        f.write(f"#   .venv/bin/python bench/vsim_kv.py --parts calibrate\n")
+        f.write(f"#   .venv/bin/python {' '.join(sys.argv)}\n")
         f.write(f"# fp-kv's handler (evl and the protocol), per command: --mean-us "
                 f"{res['handler_us'][0]:.3f} ({res['handler_us'][1]:.3f}-"
                 f"{res['handler_us'][2]:.3f})\n")
@@ -97,6 +97,7 @@ def calibrate(a, vsim):
 
 def base(a, vsim, n, sched, seed):
     return [vsim, "--full", "--app", "kv", "-n", str(n), "--sched", sched, "--seed", str(seed),
+            "--flows", str(a.flows_per_worker * n),
             "--requests", str(a.requests), "--costs", a.costs, "--mean-us", f"{a.mean_us:g}",
             "--quiet", "--format", "json"]
 
@@ -171,6 +172,10 @@ def main():
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=100000)
     ap.add_argument("--slo-us", type=float, default=50.0)
+    ap.add_argument("--flows-per-worker", type=int, default=64,
+                    help="connections per worker (default 64: 1024 at 16 workers); fixed per "
+                         "worker so that each core sees the same traffic (a connection's "
+                         "rate decides how many of the client's ACKs ride on requests)")
     ap.add_argument("--sweep", default="0.05:0.45:0.05",
                     help="curve: fp-vsim --sweep A:B:STEP (load = rate x S / n)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results/vsim_kv"))

@@ -217,7 +217,7 @@ struct fr {
 	uint64_t fit_n, fit_stalls;
 	uint32_t closed;              /* connections closed and let go */
 	double busy_ns;               /* the costs of rounds that did work (spins left out) */
-	char err[256];
+	char err[320];
 };
 
 static struct fr *F;   /* the run the hooks (fp_spin_hook, rt's clock) belong to */
@@ -1390,8 +1390,9 @@ static unsigned server_conns(const struct fr *f)
 }
 
 /* One thing happens: the client's next event or the earliest core's next stretch.
- * 0, or -errno with f->err set (nothing can happen any more, or not before @limit). */
-static int fr_step(struct fr *f, uint64_t limit, const char *waiting)
+ * 0, or -errno with f->err saying why (nothing can happen any more, or not before @limit);
+ * the caller adds what it was waiting for. */
+static int fr_step(struct fr *f, uint64_t limit)
 {
 	uint64_t tc = client_next(f), tb = UINT64_MAX, ti = UINT64_MAX;
 	struct fr_core *best = NULL, *irq = NULL;
@@ -1420,14 +1421,13 @@ static int fr_step(struct fr *f, uint64_t limit, const char *waiting)
 		return 0;
 	}
 	if (tc == UINT64_MAX && !best) {
-		snprintf(f->err, sizeof(f->err), "nothing left to happen, %s", waiting);
+		snprintf(f->err, sizeof(f->err), "nothing left to happen");
 		return -EDEADLK;
 	}
 	uint64_t t = tc <= tb ? tc : tb;
 
 	if (t > limit) {
-		snprintf(f->err, sizeof(f->err), "after %.3f s of virtual time, %s",
-			 (double)t / 1e9, waiting);
+		snprintf(f->err, sizeof(f->err), "after %.3f s of virtual time", (double)t / 1e9);
 		return -ETIMEDOUT;
 	}
 	if (tc <= tb)
@@ -1446,19 +1446,23 @@ static int fr_loop(struct fr *f)
 {
 	uint64_t last_arr = f->r->n_req ? f->r->req[f->r->n_req - 1].t_arr : 0;
 	unsigned listeners = server_conns(f);
-	char what[256];
+	size_t k;
 	int rc;
 
+	/* what it waits for goes into the error only when one happens (formatted at every
+	 * step, it was half the simulator's own instructions) */
 	while (f->replied < f->r->n_req) {
-		snprintf(what, sizeof(what), "%llu of %llu replies missing%s (%llu frames dropped "
-			 "for want of a buffer, %llu by the wire)",
+		if (!(rc = fr_step(f, f->t0 ? f->t0 + last_arr + FR_STALL_NS : FR_STALL_NS)))
+			continue;
+		k = strlen(f->err);
+		snprintf(f->err + k, sizeof(f->err) - k, ", %llu of %llu replies missing%s (%llu "
+			 "frames dropped for want of a buffer, %llu by the wire)",
 			 (unsigned long long)(f->r->n_req - f->replied),
 			 (unsigned long long)f->r->n_req,
 			 f->t0 ? "" : f->preloading ? " (the keys are not all stored)" :
 			 " (the connections are not all up)", (unsigned long long)f->nic_drops,
 			 (unsigned long long)f->wire_drops);
-		if ((rc = fr_step(f, f->t0 ? f->t0 + last_arr + FR_STALL_NS : FR_STALL_NS, what)))
-			return rc;
+		return rc;
 	}
 	/* Every reply is in: the client closes every connection, and the workers must let go
 	 * of each (the server closes on EOF; its last ACK arrives). */
@@ -1469,10 +1473,12 @@ static int fr_loop(struct fr *f)
 	}
 	client_tx(f, f->now);
 	while (server_conns(f) > listeners) {
-		snprintf(what, sizeof(what), "%u connections the client closed are still open on "
-			 "the workers", server_conns(f) - listeners);
-		if ((rc = fr_step(f, f->end + FR_STALL_NS, what)))
-			return rc;
+		if (!(rc = fr_step(f, f->end + FR_STALL_NS)))
+			continue;
+		k = strlen(f->err);
+		snprintf(f->err + k, sizeof(f->err) - k, ", %u connections the client closed are "
+			 "still open on the workers", server_conns(f) - listeners);
+		return rc;
 	}
 	f->closed = f->cfg->flows;
 	return 0;

@@ -660,3 +660,17 @@ def test_full_overload_drops_and_recovers():
     assert pt["nic_drops"] > 0 and pt["achieved_mrps"] < pt["offered_mrps"]
     assert pt["order_errors"] == 0 and pt["kv_misses"] == 0
     assert pt["count"] == 28500 and pt["conns_closed"] == 256
+
+
+def test_full_heavy_loss_waits_out_the_backoff():
+    """A wire that drops 5% and reorders 10%: a few connections lose the same segment
+    again and again (here the first SET of one whose SYN was lost, so its RTO started at
+    RFC 6298's 3 s), and TCP's backoff takes seconds of virtual time. The run waits for it
+    (it gave up after 10 s before) and every request is answered right, in order."""
+    p = run(*KV, "-n", "2", "--sched", "steal", "--loss", "0.05", "--reorder", "0.1",
+            "-l", "0.5", "--requests", "20000", "--flows", "300", "--keys", "300",
+            "--seed", "76", "--batch", "61")
+    assert p.returncode == 0, p.stderr
+    pt = json.loads(p.stdout)["points"][0]
+    assert pt["order_errors"] == 0 and pt["kv_misses"] == 0 and pt["conns_closed"] == 300
+    assert pt["max_us"] > 3e6   # a request waited out a backed-off retransmission

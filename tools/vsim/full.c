@@ -912,20 +912,28 @@ static struct fr_pend pend_pop(struct fr_conn *cn)
 	return p;
 }
 
+/* @*buf holds at least @need bytes (doubling from 256); 0 or -ENOMEM. */
+static int buf_room(uint8_t **buf, size_t *cap, size_t need)
+{
+	size_t c = *cap ? *cap : 256;
+	uint8_t *b;
+
+	if (need <= *cap)
+		return 0;
+	while (c < need)
+		c *= 2;
+	if (!(b = realloc(*buf, c)))
+		return -ENOMEM;
+	*buf = b;
+	*cap = c;
+	return 0;
+}
+
 /* Bytes for the stack to take, after what it has not taken yet. */
 static int conn_queue(struct fr_conn *cn, const void *b, size_t n)
 {
-	if (cn->out_len + n > cn->out_cap) {
-		size_t cap = cn->out_cap ? cn->out_cap : 256;
-		uint8_t *o;
-
-		while (cap < cn->out_len + n)
-			cap *= 2;
-		if (!(o = realloc(cn->out, cap)))
-			return -ENOMEM;
-		cn->out = o;
-		cn->out_cap = cap;
-	}
+	if (buf_room(&cn->out, &cn->out_cap, cn->out_len + n))
+		return -ENOMEM;
 	memcpy(cn->out + cn->out_len, b, n);
 	cn->out_len += n;
 	return 0;
@@ -1061,17 +1069,8 @@ static int kv_replies(struct fr *f, struct fr_conn *cn)
 
 static int conn_replies(struct fr *f, struct fr_conn *cn, const struct fp_mbuf *m, uint32_t len)
 {
-	if (cn->in_len + len > cn->in_cap) {
-		size_t cap = cn->in_cap ? cn->in_cap : 256;
-		uint8_t *b;
-
-		while (cap < cn->in_len + len)
-			cap *= 2;
-		if (!(b = realloc(cn->in, cap)))
-			return -ENOMEM;
-		cn->in = b;
-		cn->in_cap = cap;
-	}
+	if (buf_room(&cn->in, &cn->in_cap, cn->in_len + len))
+		return -ENOMEM;
 	fp_mbuf_read(m, 0, cn->in + cn->in_len, len);
 	cn->in_len += len;
 	if (f->kv)

@@ -388,8 +388,8 @@ static fp_cold void rt_tx_shed(struct rt_wk *w)
 	}
 }
 
-/* Step 6. Returns the frames the device took. */
-/* The stack's frames to the device; @early: in the middle of a round (fp_stack_tx_early). */
+/* Step 6: the stack's frames to the device; returns the frames it took. @early: in the
+ * middle of a round (fp_stack_tx_early: the timer updates put off stay put off). */
 static unsigned rt_tx_frames(struct rt_wk *w, bool early)
 {
 	unsigned sent = 0;

@@ -991,7 +991,7 @@ static int kv_preload(struct fr *f)
 	return 0;
 }
 
-/* Request @p was answered now: its latency. */
+/* Request @i was answered now: its latency. */
 static void reply_done(struct fr *f, struct fr_conn *cn, uint32_t i)
 {
 	struct vs_req *rq = &f->r->req[i];

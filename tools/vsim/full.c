@@ -586,17 +586,6 @@ static void fr_spin(uint64_t ns)
 	c->in_spin = false;
 }
 
-/* Commands fp-kv's handler has run, all workers together (its fp_ctx_count). */
-static uint64_t kv_ops(const struct fr *f)
-{
-	uint64_t n = 0;
-
-	for (unsigned i = 0; i < f->n; i++)
-		if (f->core[i].w)
-			n += fp_rt_vworker_stats(f->core[i].w)->app_ops;
-	return n;
-}
-
 /* --app kv: evl's handler (fp-kv's callbacks) runs as it would on a real core; then the
  * core spends a service time drawn from -d for each command it ran. The handler's own
  * time on this machine is the application's, not the round's (left out of the fit). */
@@ -605,18 +594,19 @@ static void fr_kv_handle(struct fp_ctx *ctx, const struct fp_cond *conds, unsign
 {
 	struct fr *f = F;
 	struct fr_core *c = f->cur;
-	uint64_t ops = kv_ops(f), t0 = fp_rdtsc(), dt;
+	/* the commands it ran: fp-kv's fp_ctx_count, on the running worker's counters */
+	const struct fp_rt_worker_stats *st = fp_rt_vworker_stats(c->w);
+	uint64_t ops = st->app_ops, t0 = fp_rdtsc(), dt;
 	double ns = 0;
 
 	f->kvapp.handle(ctx, conds, n, rets, n_rets);
 	dt = fp_rdtsc() - t0;
 	f->app_cycles += dt;
-	if (c)
-		c->seg += dt;
-	ops = kv_ops(f) - ops;
+	c->seg += dt;
+	ops = st->app_ops - ops;
 	f->kv_cmds += ops;
-	if (!c || c->in_spin)
-		return;   /* not in a round (cannot happen: an interrupt runs no handler) */
+	if (c->in_spin)
+		return;   /* inside an interrupt (cannot happen: an interrupt runs no handler) */
 	while (ops--)
 		ns += qs_dist_sample(&f->sdist, &f->srng) * f->cfg->mean_us * 1000.0;
 	if (ns > 0)

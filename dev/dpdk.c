@@ -1,4 +1,4 @@
-/* dpdk.c: a DPDK port behind the device ops: a queue pair per worker, frames copied to and from the queue's own pool. */
+/* dpdk.c: a DPDK port behind the device ops: a queue pair per worker, zero-copy where the PMD allows. */
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -17,13 +17,13 @@
 #include <rte_ethdev.h>
 #include <rte_interrupts.h>
 #include <rte_mbuf.h>
+#include <rte_mempool.h>
 
 #include <flowplane/dev.h>
 #include <flowplane/rss.h>
 
 /*
- * Step one of the DPDK backend (issue 21): correct, not yet zero-copy. The EAL gets our
- * defaults, then the caller's arguments:
+ * The EAL gets our defaults, then the caller's arguments:
  *
  *   --no-pci --no-telemetry --log-level=*:warning -l 0 --file-prefix=fp<pid>, and
  *   --in-memory when huge pages are free, else --no-huge --no-shconf -m 512
@@ -31,21 +31,39 @@
  * so two processes on one machine never share EAL state. rte_eal_init pins the calling
  * thread to lcore 0's CPU: its affinity is put back, as the workers are the runtime's own
  * threads. Each worker registers itself with the EAL when it opens its queue
- * (rte_thread_register: an lcore id, no change of affinity), so the DPDK mempool serves it
+ * (rte_thread_register: an lcore id, no change of affinity), so a DPDK mempool serves it
  * from a per-lcore cache: a get or put is then a few instructions inline instead of a
  * call into the mempool's ring (measured: ~55 instructions per mbuf, four per round trip;
  * docs/results.md). Without a free lcore id the pool is used uncached, which is as safe.
- * The first port found is configured with a queue pair per worker, its receive
- * descriptors filled from one DPDK mempool. A memif socket is created under umask 077
- * (owner only).
+ * The first port found is configured with a queue pair per worker. A memif socket is
+ * created under umask 077 (owner only).
  *
- * rx_burst copies each received DPDK mbuf into a buffer of the queue's pool and frees the
- * DPDK mbuf at once; tx_burst copies each frame (all its segments) into a DPDK mbuf and
- * returns the frames whose copies the PMD took, which the caller may then count as sent;
- * the rest stay with the caller, in order, to be offered again. The cost is two copies
- * per round trip; mapping the pool into a DPDK mempool (external buffers) removes them.
+ * Zero-copy (the PMDs in zc_pmd_ok: memif in its copy mode, af_packet, tap). Each queue's
+ * pool of buffers (ours, struct fp_pool) is also the PMD's mempool for that queue: a
+ * DPDK mempool whose objects are rte_mbuf headers only, header i's data buffer being our
+ * buffer i ("pinned external buffers", as rte_pktmbuf_pool_create_extbuf makes them), and
+ * whose operations (zc_ops) are our pool's: a PMD allocating an mbuf takes a buffer from
+ * our pool and gets its header; freeing the header drops one reference to our buffer. So
+ * a buffer and its header are one thing with one owner at a time, and
+ *
+ *   receive: the PMD writes a frame into buffer i; rx_burst hands our mbuf i to the stack
+ *            with the header's offsets (no copy, nothing freed);
+ *   send:    a one-segment frame of the queue's pool goes to the PMD as header i with the
+ *            frame's offsets, and with it the frame's reference, which the PMD drops when
+ *            it is done with the frame (TCP keeps its own for retransmission).
+ *
+ * A frame of another pool, or of several segments, is copied into a buffer of the queue's
+ * pool (as AF_XDP's tx_prepare does); a received chain (a frame bigger than one buffer) is
+ * copied into one. The mempool has no per-lcore cache: our pool's magazines are the
+ * cache, reached through the queue's worker's own cache when the worker calls, and through
+ * a spare cache under a lock from any other thread (the EAL's at setup and teardown, a
+ * worker polling a queue lent to it). Only PMDs that copy between their rings and the
+ * mbufs by address, and free a sent mbuf before their tx_burst returns, are zero-copy:
+ * af_xdp's PMD lays its own UMEM over the mempool's memory, and memif's zero-copy mode its
+ * shared regions; those copy (as --dpdk-copy does anywhere): each received DPDK mbuf is
+ * copied into a buffer of the queue's pool and freed at once; each frame to send is copied
+ * into a DPDK mbuf of the port's own mempool.
  */
-
 #define DPDK_BURST     64u
 #define DPDK_MAX_ARGS  64
 #define DPDK_MP_CACHE  256u   /* mbufs per worker's mempool cache (flushed above 1.5x) */
@@ -53,6 +71,22 @@
 #define DPDK_RETA_MAX  2048u  /* the largest RSS table we program (ice's) */
 #define DPDK_KEY_MAX   64u
 #define DPDK_QUEUES_MAX 1024u /* queues the interrupt thread waits for (all ports) */
+#define DPDK_BUF       2048u  /* bytes per buffer of a queue's pool, headroom included */
+#define DPDK_BUF_BIG   4096u  /* the same for af_packet, whose frames take 2016 bytes */
+
+/* A queue's pool as the PMD's mempool (zero-copy, above). */
+struct dpdk_zc {
+	struct fp_pool *pool;      /* the queue's buffers, ours and the PMD's alike */
+	struct rte_mempool *mp;    /* a header per buffer; its operations are zc_ops */
+	struct rte_mbuf **hdr;     /* buffer index -> its header */
+	uint8_t *region;           /* pool->data: buffer i at region + (i << shift) */
+	unsigned shift;            /* log2 of the buffers' size */
+	_Atomic(const void *) owner; /* the queue's worker (its &tls_mark), NULL when none */
+	struct fp_pool_cache *owner_cache; /* that worker's cache on the pool */
+	pthread_mutex_t lock;      /* any other thread takes it and uses spare */
+	struct fp_pool_cache spare;
+	bool ready;                /* headers laid over the buffers (before: populating) */
+};
 
 struct fp_dpdk {
 	bool owns_eal;             /* fp_dpdk_open's: closing it cleans the EAL up */
@@ -70,6 +104,9 @@ struct fp_dpdk {
 	uint16_t table[FP_RSS_GROUPS]; /* group -> queue (worker): g % n_queues */
 	uint8_t rss_key[DPDK_KEY_MAX];
 	char rss_why[160];         /* why not, for the startup line */
+	struct dpdk_zc **zc;       /* per queue, when zero-copy; else NULL and mp is used */
+	char copy_why[96];         /* why frames are copied ("" when zero-copy) */
+	unsigned zc_buf;           /* zero-copy: bytes per buffer */
 };
 
 struct dpdk_q {
@@ -80,6 +117,7 @@ struct dpdk_q {
 	struct fp_dev_stats st;
 	uint64_t tx_bad;           /* frames too long for one DPDK mbuf: dropped */
 	bool registered;           /* the worker took an lcore id (rte_thread_register) */
+	struct dpdk_zc *zc;        /* the queue's pool as the PMD's mempool, or NULL (copies) */
 };
 
 static struct dpdk_q *dq_of(struct fp_devq *q) { return fp_container_of(q, struct dpdk_q, dq); }
@@ -189,11 +227,214 @@ static bool queue_watch(struct dpdk_q *q, bool on)
 	return done;
 }
 
+/* ---- zero-copy: a queue's pool as the PMD's mempool ---- */
+
+static __thread char tls_mark;   /* its address names the calling thread */
+
+static struct fp_mbuf *zc_mbuf(const struct dpdk_zc *z, const struct rte_mbuf *r)
+{
+	return &z->pool->mbufs[((uint8_t *)r->buf_addr - z->region) >> z->shift];
+}
+
+/* The calling thread's cache on @z's pool: the worker's own, or the spare one, locked. */
+static struct fp_pool_cache *zc_enter(struct dpdk_zc *z)
+{
+	if (fp_likely(atomic_load_explicit(&z->owner, memory_order_relaxed) == &tls_mark))
+		return z->owner_cache;
+	pthread_mutex_lock(&z->lock);
+	return &z->spare;
+}
+
+static void zc_leave(struct dpdk_zc *z, struct fp_pool_cache *c)
+{
+	if (c == &z->spare)
+		pthread_mutex_unlock(&z->lock);
+}
+
+/* An mbuf freed by DPDK (the PMD done with a frame, or one it had taken for receive): its
+ * buffer loses the reference the header held. */
+static int zc_enqueue(struct rte_mempool *mp, void *const *objs, unsigned n)
+{
+	struct dpdk_zc *z = mp->pool_config;
+	struct fp_pool_cache *c;
+
+	if (!z->ready)
+		return 0;   /* rte_mempool_populate_default's: the buffers start in our pool */
+	c = zc_enter(z);
+	for (unsigned i = 0; i < n; i++)
+		fp_mbuf_free(c, zc_mbuf(z, objs[i]));
+	zc_leave(z, c);
+	return 0;
+}
+
+/* An mbuf for the PMD: a buffer of our pool and its header, as DPDK keeps a free one. */
+static int zc_dequeue(struct rte_mempool *mp, void **objs, unsigned n)
+{
+	struct dpdk_zc *z = mp->pool_config;
+	struct fp_pool_cache *c = zc_enter(z);
+
+	for (unsigned i = 0; i < n; i++) {
+		struct fp_mbuf *m = fp_pool_get(c);
+		struct rte_mbuf *r;
+
+		if (!m) {
+			while (i--)
+				fp_mbuf_free(c, zc_mbuf(z, objs[i]));
+			zc_leave(z, c);
+			return -ENOBUFS;
+		}
+		r = z->hdr[m->index];
+		rte_mbuf_refcnt_set(r, 1);
+		r->next = NULL;
+		r->nb_segs = 1;
+		r->ol_flags = RTE_MBUF_F_EXTERNAL;
+		objs[i] = r;
+	}
+	zc_leave(z, c);
+	return 0;
+}
+
+static unsigned zc_count(const struct rte_mempool *mp)
+{
+	const struct dpdk_zc *z = mp->pool_config;
+
+	return (unsigned)(z->pool->n_bufs - fp_pool_in_use(z->pool));   /* a hint */
+}
+
+static int zc_alloc(struct rte_mempool *mp) { return mp->pool_config ? 0 : -EINVAL; }
+static void zc_free(struct rte_mempool *mp) { (void)mp; }
+
+static struct rte_mempool_ops zc_ops = {
+	.name = "flowplane_pool",
+	.alloc = zc_alloc,
+	.free = zc_free,
+	.enqueue = zc_enqueue,
+	.dequeue = zc_dequeue,
+	.get_count = zc_count,
+};
+
+/* A pinned buffer's last extra reference gone (someone had attached an mbuf to ours):
+ * the header goes back as rte_pktmbuf_free would have sent it. */
+static void zc_pinned_free(void *addr, void *opaque)
+{
+	struct rte_mbuf *r = opaque;
+
+	(void)addr;
+	rte_mbuf_ext_refcnt_set(r->shinfo, 1);
+	r->ol_flags = RTE_MBUF_F_EXTERNAL;
+	r->next = NULL;
+	r->nb_segs = 1;
+	rte_mbuf_raw_free(r);
+}
+
+/* rte_mempool_obj_iter's: header @idx over our buffer @idx, as a free pinned mbuf. */
+static void zc_header_init(struct rte_mempool *mp, void *arg, void *obj, unsigned idx)
+{
+	struct dpdk_zc *z = arg;
+	struct rte_mbuf *r = obj;
+	struct rte_mbuf_ext_shared_info *sh = (void *)(r + 1);   /* the element's tail */
+	uint8_t *buf = z->region + ((size_t)idx << z->shift);
+
+	memset(r, 0, sizeof(*r));
+	r->buf_addr = buf;
+	/* no DMA on these PMDs; IOVA as VA where the EAL runs so */
+	rte_mbuf_iova_set(r, rte_eal_iova_mode() == RTE_IOVA_VA ? (rte_iova_t)(uintptr_t)buf
+								 : RTE_BAD_IOVA);
+	r->buf_len = (uint16_t)(1u << z->shift);
+	r->data_off = RTE_PKTMBUF_HEADROOM;
+	r->pool = mp;
+	r->nb_segs = 1;
+	r->port = RTE_MBUF_PORT_INVALID;
+	r->ol_flags = RTE_MBUF_F_EXTERNAL;
+	rte_mbuf_refcnt_set(r, 1);
+	r->shinfo = sh;
+	sh->free_cb = zc_pinned_free;
+	sh->fcb_opaque = r;
+	rte_mbuf_ext_refcnt_set(sh, 1);
+	z->hdr[idx] = r;
+}
+
+static void zc_destroy(struct dpdk_zc *z)
+{
+	if (!z)
+		return;
+	rte_mempool_free(z->mp);
+	if (z->pool) {
+		fp_pool_cache_flush(&z->spare);
+		fp_pool_destroy(z->pool);
+	}
+	pthread_mutex_destroy(&z->lock);
+	free(z->hdr);
+	free(z);
+}
+
+/* Queue @qi's pool of @bufsz-byte buffers and the mempool over it; NULL with @err. */
+static struct dpdk_zc *zc_create(struct fp_dpdk *d, unsigned qi, unsigned bufsz, char *err,
+				 size_t errlen)
+{
+	static bool registered;
+	struct fp_pool_params pp = { .name = "dpdk", .n_bufs = d->cfg.frames,
+				     .buf_size = bufsz, .headroom = RTE_PKTMBUF_HEADROOM };
+	struct rte_pktmbuf_pool_private priv = {
+		.mbuf_data_room_size = (uint16_t)bufsz, .mbuf_priv_size = 0,
+		.flags = RTE_PKTMBUF_POOL_F_PINNED_EXT_BUF,
+	};
+	struct dpdk_zc *z = calloc(1, sizeof(*z));
+	char name[RTE_MEMPOOL_NAMESIZE];
+	int rc;
+
+	if (!registered && rte_mempool_register_ops(&zc_ops) < 0) {
+		snprintf(err, errlen, "DPDK refused our mempool operations: %s",
+			 rte_strerror(rte_errno));
+		free(z);
+		return NULL;
+	}
+	registered = true;
+	if (!z || pthread_mutex_init(&z->lock, NULL)) {
+		free(z);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (!(z->pool = fp_pool_create(&pp)) || fp_pool_cache_init(&z->spare, z->pool) ||
+	    !(z->hdr = calloc(pp.n_bufs, sizeof(*z->hdr)))) {
+		snprintf(err, errlen, "buffers for DPDK queue %u: %s", qi, strerror(errno));
+		goto fail;
+	}
+	z->region = z->pool->data;
+	z->shift = (unsigned)__builtin_ctz(bufsz);
+	snprintf(name, sizeof(name), "fp%u_zc%u", d->index, qi);
+	z->mp = rte_mempool_create_empty(name, pp.n_bufs, sizeof(struct rte_mbuf) +
+					 sizeof(struct rte_mbuf_ext_shared_info), 0,
+					 sizeof(struct rte_pktmbuf_pool_private), SOCKET_ID_ANY, 0);
+	if (!z->mp) {
+		snprintf(err, errlen, "DPDK mempool for queue %u: %s (more memory: -m in --dpdk)",
+			 qi, rte_strerror(rte_errno));
+		goto fail;
+	}
+	if ((rc = rte_mempool_set_ops_byname(z->mp, zc_ops.name, z))) {
+		snprintf(err, errlen, "DPDK mempool for queue %u: %s", qi, rte_strerror(-rc));
+		goto fail;
+	}
+	rte_pktmbuf_pool_init(z->mp, &priv);
+	if ((rc = rte_mempool_populate_default(z->mp)) < 0 || (unsigned)rc != pp.n_bufs ||
+	    rte_mempool_obj_iter(z->mp, zc_header_init, z) != pp.n_bufs) {
+		snprintf(err, errlen, "DPDK mempool for queue %u: %s (more memory: -m in --dpdk)",
+			 qi, rc < 0 ? rte_strerror(-rc) : "not every buffer got a header");
+		goto fail;
+	}
+	z->ready = true;
+	return z;
+fail:
+	zc_destroy(z);
+	return NULL;
+}
+
 /* ---- the datapath ---- */
 
 static unsigned dpdk_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned max)
 {
 	struct dpdk_q *q = dq_of(dq);
+	struct dpdk_zc *z = q->zc;
 	struct rte_mbuf *in[DPDK_BURST];
 	unsigned n, got = 0;
 
@@ -203,8 +444,20 @@ static unsigned dpdk_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned
 	burst_leave(q);
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t len = rte_pktmbuf_pkt_len(in[i]);
-		struct fp_mbuf *m = fp_pool_get(&dq->cache);
+		struct fp_mbuf *m;
 		uint8_t *p;
+
+		if (fp_likely(z && in[i]->pool == z->mp && in[i]->nb_segs == 1 && len)) {
+			/* the frame lies in our buffer: the header's offsets are the mbuf's */
+			m = zc_mbuf(z, in[i]);
+			m->data_off = in[i]->data_off;
+			m->data_len = m->pkt_len = len;
+			m->port = q->qid;
+			out[got++] = m;
+			q->st.rx_bytes += len;
+			continue;
+		}
+		m = fp_pool_get(&dq->cache);
 
 		if (!m) {
 			q->st.rx_fill_empty++;   /* no buffer: the frame is dropped, as by a NIC */
@@ -226,71 +479,111 @@ static unsigned dpdk_rx_burst(struct fp_devq *dq, struct fp_mbuf **out, unsigned
 	return got;
 }
 
-/* @m (all its segments) into a fresh DPDK mbuf; NULL when the pool is dry (the caller
- * stops) with *@bad false, or when @m cannot be sent (empty, too long) with *@bad true. */
-static struct rte_mbuf *tx_copy(struct dpdk_q *q, const struct fp_mbuf *m, bool *bad)
+/*
+ * @m as a DPDK mbuf to send, in *@r: with zero-copy, the header of its own buffer when it
+ * is one buffer of the queue's pool (*@copy NULL: the frame's reference goes with it), else
+ * the header of a fresh buffer holding a copy (*@copy that buffer); without, a copy in a
+ * fresh mbuf of the port's mempool. 1: ready; 0: @m cannot be sent (empty, too long);
+ * -1: no buffer for the copy (the caller stops and keeps @m).
+ */
+static int tx_prepare(struct dpdk_q *q, struct fp_mbuf *m, struct rte_mbuf **r,
+		      struct fp_mbuf **copy)
 {
-	struct rte_mbuf *r;
-	uint8_t *p;
+	struct dpdk_zc *z = q->zc;
+	struct fp_mbuf *c;
 
-	*bad = !m->pkt_len || m->pkt_len > q->d->mtu + 18u;   /* Ethernet + VLAN */
-	if (*bad || !(r = rte_pktmbuf_alloc(q->d->mp)))
-		return NULL;
-	if (!(p = (uint8_t *)rte_pktmbuf_append(r, (uint16_t)m->pkt_len))) {
-		rte_pktmbuf_free(r);
-		*bad = true;
-		return NULL;
+	*copy = NULL;
+	if (!m->pkt_len || m->pkt_len > q->d->mtu + 18u)   /* Ethernet + VLAN */
+		return 0;
+	if (z) {
+		if (fp_likely(m->pool == z->pool && !m->next))
+			c = m;
+		else if (!(c = *copy = fp_pool_get(&q->dq.cache)))
+			return -1;
+		else
+			c->data_len = c->pkt_len = fp_mbuf_read(m, 0, fp_mbuf_data(c), m->pkt_len);
+		*r = z->hdr[c->index];
+		(*r)->data_off = c->data_off;
+		(*r)->data_len = (uint16_t)c->data_len;
+		(*r)->pkt_len = c->data_len;
+		(*r)->nb_segs = 1;
+		(*r)->next = NULL;
+		(*r)->ol_flags = RTE_MBUF_F_EXTERNAL;
+		(*r)->tx_offload = 0;
+		(*r)->packet_type = 0;
+		rte_mbuf_refcnt_set(*r, 1);
+		return 1;
 	}
+	if (!(*r = rte_pktmbuf_alloc(q->d->mp)))
+		return -1;
+	uint8_t *p = (uint8_t *)rte_pktmbuf_append(*r, (uint16_t)m->pkt_len);
 	for (const struct fp_mbuf *s = m; s; s = s->next) {
 		memcpy(p, fp_mbuf_data(s), s->data_len);
 		p += s->data_len;
 	}
-	return r;
+	return 1;
+}
+
+/* The PMD did not take @r (prepared from @m with @copy): undo what tx_prepare did. */
+static void tx_unprepare(struct dpdk_q *q, struct rte_mbuf *r, struct fp_mbuf *copy)
+{
+	if (!q->zc)
+		rte_pktmbuf_free(r);
+	else if (copy)
+		fp_mbuf_free(&q->dq.cache, copy);
+	/* else: the header of the caller's own frame, which stays the caller's */
 }
 
 static unsigned dpdk_tx_burst(struct fp_devq *dq, struct fp_mbuf **frames, unsigned n)
 {
 	struct dpdk_q *q = dq_of(dq);
 	struct rte_mbuf *out[DPDK_BURST];
+	struct fp_mbuf *copies[DPDK_BURST];
+	uint32_t lens[DPDK_BURST];
 	unsigned taken = 0;   /* frames[0, taken) consumed: sent, or dropped as unsendable */
 
 	while (taken < n) {
 		unsigned k = 0, sent;
-		bool bad = false;
+		int rc = 1;
 
 		while (taken + k < n && k < DPDK_BURST) {
-			struct rte_mbuf *r = tx_copy(q, frames[taken + k], &bad);
+			struct fp_mbuf *m = frames[taken + k];
 
-			if (!r)
+			if ((rc = tx_prepare(q, m, &out[k], &copies[k])) <= 0)
 				break;
-			out[k++] = r;
+			lens[k++] = m->pkt_len;
 		}
 		if (!k) {
-			if (!bad)
-				break;                  /* DPDK's pool dry: offered again later */
+			if (rc < 0)
+				break;                  /* no buffer for a copy: offered again later */
 			q->tx_bad++;
 			fp_mbuf_free(&dq->cache, frames[taken++]);
 			continue;
 		}
 		if (!burst_enter(q)) {
-			rte_pktmbuf_free_bulk(out, k);   /* offered again next time */
+			for (unsigned i = 0; i < k; i++)   /* offered again next time */
+				tx_unprepare(q, out[i], copies[i]);
 			break;
 		}
+		/* a zero-copy frame's reference goes with its mbuf: the PMD may drop it (and
+		 * with it the frame) before this returns */
 		sent = rte_eth_tx_burst(q->d->port, q->qid, out, (uint16_t)k);
 		burst_leave(q);
 		for (unsigned i = 0; i < sent; i++) {
-			q->st.tx_bytes += frames[taken + i]->pkt_len;
-			fp_mbuf_free(&dq->cache, frames[taken + i]);
+			q->st.tx_bytes += lens[i];
+			if (!q->zc || copies[i])
+				fp_mbuf_free(&dq->cache, frames[taken + i]);   /* a copy went */
 		}
 		q->st.tx_frames += sent;
 		taken += sent;
 		if (sent < k) {                         /* the ring is full */
-			rte_pktmbuf_free_bulk(&out[sent], k - sent);
+			for (unsigned i = sent; i < k; i++)
+				tx_unprepare(q, out[i], copies[i]);
 			q->st.tx_full += k - sent;
 			break;
 		}
-		if (!bad && taken < n && k < DPDK_BURST)
-			break;                          /* the pool ran dry mid-batch */
+		if (rc < 0)
+			break;                          /* no buffer for a copy mid-batch */
 	}
 	return taken;
 }
@@ -328,9 +621,16 @@ static void dpdk_queue_close(struct fp_devq *dq)
 	struct dpdk_q *q = dq_of(dq);
 
 	queue_watch(q, false);
-	fp_pool_cache_flush(&dq->cache);
-	fp_pool_destroy(dq->pool);
-	if (q->registered) {
+	if (q->zc) {
+		/* the pool is the port's (the PMD may hold buffers until it stops) */
+		atomic_store_explicit(&q->zc->owner, NULL, memory_order_relaxed);
+		q->zc->owner_cache = NULL;
+		fp_pool_cache_flush(&dq->cache);
+	} else {
+		fp_pool_cache_flush(&dq->cache);
+		fp_pool_destroy(dq->pool);
+	}
+	if (q->registered && q->d->mp) {
 		/* the cache's mbufs go back to the pool before the lcore id is given up */
 		rte_mempool_cache_flush(rte_mempool_default_cache(q->d->mp, rte_lcore_id()),
 					q->d->mp);
@@ -352,8 +652,9 @@ static const struct fp_dev_ops dpdk_ops = {
 
 struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned qid, char *err, size_t errlen)
 {
-	struct fp_pool_params pp = { .name = "dpdk", .n_bufs = d->cfg.frames, .buf_size = 2048 };
+	struct fp_pool_params pp = { .name = "dpdk", .n_bufs = d->cfg.frames, .buf_size = DPDK_BUF };
 	struct dpdk_q *q;
+	int rc;
 
 	if (qid >= d->n_queues) {
 		snprintf(err, errlen, "queue %u out of range: the port has %u", qid, d->n_queues);
@@ -369,9 +670,18 @@ struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned qid, char *err, s
 	q->qid = (uint16_t)qid;
 	q->dq = (struct fp_devq){ .ops = &dpdk_ops, .mac = d->mac, .queue_id = (uint16_t)qid,
 				  .mtu = d->mtu, .rx_bufs = d->cfg.ring_size };
-	if (!(q->dq.pool = fp_pool_create(&pp)) || fp_pool_cache_init(&q->dq.cache, q->dq.pool)) {
-		snprintf(err, errlen, "buffers for DPDK queue %u: %s", qid, strerror(errno));
-		if (q->dq.pool)
+	q->zc = d->zc ? d->zc[qid] : NULL;
+	if (q->zc && atomic_load(&q->zc->owner)) {
+		snprintf(err, errlen, "DPDK queue %u is open already", qid);
+		free(q);
+		errno = EBUSY;
+		return NULL;
+	}
+	q->dq.pool = q->zc ? q->zc->pool : fp_pool_create(&pp);
+	if (!q->dq.pool || (rc = fp_pool_cache_init(&q->dq.cache, q->dq.pool))) {
+		snprintf(err, errlen, "buffers for DPDK queue %u: %s", qid,
+			 strerror(q->dq.pool ? -rc : errno));
+		if (q->dq.pool && !q->zc)
 			fp_pool_destroy(q->dq.pool);
 		free(q);
 		return NULL;
@@ -380,10 +690,15 @@ struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned qid, char *err, s
 		snprintf(err, errlen, "DPDK queue %u: more than %u queues open in this process",
 			 qid, DPDK_QUEUES_MAX);
 		fp_pool_cache_flush(&q->dq.cache);
-		fp_pool_destroy(q->dq.pool);
+		if (!q->zc)
+			fp_pool_destroy(q->dq.pool);
 		free(q);
 		errno = ENOSPC;
 		return NULL;
+	}
+	if (q->zc) {   /* from now on the PMD's allocations on this thread use our cache */
+		q->zc->owner_cache = &q->dq.cache;
+		atomic_store_explicit(&q->zc->owner, &tls_mark, memory_order_release);
 	}
 	/* The calling thread is the queue's worker: an lcore id gives it the mempool's cache. */
 	q->registered = rte_lcore_id() == LCORE_ID_ANY && rte_thread_register() == 0 &&
@@ -450,6 +765,38 @@ static struct fp_dpdk *dpdk_new(const struct fp_dpdk_config *cfg)
 	d->cfg.ring_size = cfg->ring_size ? cfg->ring_size : 1024;
 	d->n_queues = cfg->n_queues ? cfg->n_queues : 1;
 	return d;
+}
+
+/* Whether the port's PMD can take our pool as its mempool (zero-copy, above); if not,
+ * why not in d->copy_why. */
+static bool zc_pmd_ok(struct fp_dpdk *d)
+{
+	static const char *const ok[] = { "net_memif", "net_af_packet", "net_tap" };
+	const char *drv = d->info.driver_name;
+	bool known = false;
+
+	for (unsigned i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		known |= !strcmp(drv, ok[i]);
+	if (d->cfg.copy)
+		snprintf(d->copy_why, sizeof(d->copy_why), "frames copied: --dpdk-copy");
+	else if (!known)
+		snprintf(d->copy_why, sizeof(d->copy_why), "frames copied: %s's PMD keeps buffers "
+			 "of its own", drv);
+	else if (!strcmp(drv, "net_memif") && d->cfg.args && strstr(d->cfg.args, "zero-copy=yes"))
+		snprintf(d->copy_why, sizeof(d->copy_why), "frames copied: memif's zero-copy mode "
+			 "sends from its own regions");
+	else
+		d->copy_why[0] = 0;
+	d->zc_buf = !strcmp(drv, "net_af_packet") ? DPDK_BUF_BIG : DPDK_BUF;
+	return !d->copy_why[0];
+}
+
+static void zc_destroy_all(struct fp_dpdk *d)
+{
+	for (unsigned i = 0; d->zc && i < d->n_queues; i++)
+		zc_destroy(d->zc[i]);
+	free(d->zc);
+	d->zc = NULL;
 }
 
 /* Configure and start the @index-th port the EAL probed (0 or -1 with @err). */
@@ -568,15 +915,26 @@ static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errle
 			 d->n_queues);
 		goto fail;
 	}
-	/* rings, bursts, and what each worker's cache may hold (up to 1.5x its size) */
-	nb = d->n_queues * (2 * d->cfg.ring_size + 2 * DPDK_BURST + DPDK_MP_CACHE * 3 / 2) + 1024;
-	snprintf(name, sizeof(name), "fp_dpdk%u", index);
-	d->mp = rte_pktmbuf_pool_create(name, nb, DPDK_MP_CACHE, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
-					SOCKET_ID_ANY);
-	if (!d->mp) {
-		snprintf(err, errlen, "DPDK mbuf pool of %u: %s (more memory: -m in --dpdk)", nb,
-			 rte_strerror(rte_errno));
-		goto fail;
+	if (zc_pmd_ok(d)) {
+		if (!(d->zc = calloc(d->n_queues, sizeof(*d->zc)))) {
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		for (unsigned i = 0; i < d->n_queues; i++)
+			if (!(d->zc[i] = zc_create(d, i, d->zc_buf, err, errlen)))
+				goto fail;
+	} else {
+		/* rings, bursts, and what each worker's cache may hold (up to 1.5x its size) */
+		nb = d->n_queues * (2 * d->cfg.ring_size + 2 * DPDK_BURST + DPDK_MP_CACHE * 3 / 2) +
+		     1024;
+		snprintf(name, sizeof(name), "fp_dpdk%u", index);
+		d->mp = rte_pktmbuf_pool_create(name, nb, DPDK_MP_CACHE, 0,
+						RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+		if (!d->mp) {
+			snprintf(err, errlen, "DPDK mbuf pool of %u: %s (more memory: -m in --dpdk)",
+				 nb, rte_strerror(rte_errno));
+			goto fail;
+		}
 	}
 	memset(&conf, 0, sizeof(conf));
 	port_rss_conf(d, &conf);
@@ -596,11 +954,12 @@ static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errle
 	}
 	for (unsigned i = 0; i < d->n_queues; i++) {
 		if ((rc = rte_eth_rx_queue_setup(d->port, (uint16_t)i, (uint16_t)d->cfg.ring_size,
-						 SOCKET_ID_ANY, NULL, d->mp)) ||
+						 SOCKET_ID_ANY, NULL, d->zc ? d->zc[i]->mp : d->mp)) ||
 		    (rc = rte_eth_tx_queue_setup(d->port, (uint16_t)i, (uint16_t)d->cfg.ring_size,
 						 SOCKET_ID_ANY, NULL))) {
-			snprintf(err, errlen, "%s queue %u: %s", d->info.driver_name, i,
-				 rte_strerror(-rc));
+			snprintf(err, errlen, "%s queue %u: %s%s", d->info.driver_name, i,
+				 rte_strerror(-rc), !d->zc ? "" : " (zero-copy: its buffers are "
+				 "ours, 128 bytes of headroom each; --dpdk-copy yes gives it its own)");
 			goto fail;
 		}
 	}
@@ -631,10 +990,9 @@ static int port_setup(struct fp_dpdk *d, unsigned index, char *err, size_t errle
 		d->mtu = 1500;
 	return 0;
 fail:
-	if (d->mp) {
-		rte_mempool_free(d->mp);
-		d->mp = NULL;
-	}
+	rte_mempool_free(d->mp);
+	d->mp = NULL;
+	zc_destroy_all(d);
 	return -1;
 }
 
@@ -711,6 +1069,8 @@ struct fp_dpdk *fp_dpdk_open_next(const struct fp_dpdk *prev, const struct fp_dp
 
 const char *fp_dpdk_driver(const struct fp_dpdk *d) { return d->info.driver_name; }
 
+const char *fp_dpdk_copy_why(const struct fp_dpdk *d) { return d->zc ? NULL : d->copy_why; }
+
 const uint16_t *fp_dpdk_steer_table(const struct fp_dpdk *d) { return d->rss ? d->table : NULL; }
 
 const char *fp_dpdk_rss_why(const struct fp_dpdk *d) { return d->rss_why; }
@@ -722,8 +1082,9 @@ void fp_dpdk_close(struct fp_dpdk *d)
 	if (!d)
 		return;
 	rte_eth_dev_stop(d->port);
-	rte_eth_dev_close(d->port);
+	rte_eth_dev_close(d->port);   /* the PMD gives back what it held */
 	rte_mempool_free(d->mp);
+	zc_destroy_all(d);
 	if (d->owns_eal)   /* the ports opened after it are closed first */
 		rte_eal_cleanup();
 	free(d);

@@ -33,6 +33,8 @@ struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned q, char *err, siz
 
 const char *fp_dpdk_driver(const struct fp_dpdk *d) { (void)d; return "none"; }
 
+const char *fp_dpdk_copy_why(const struct fp_dpdk *d) { (void)d; return "no DPDK"; }
+
 const uint16_t *fp_dpdk_steer_table(const struct fp_dpdk *d) { (void)d; return NULL; }
 
 const char *fp_dpdk_rss_why(const struct fp_dpdk *d) { (void)d; return ""; }

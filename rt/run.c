@@ -46,10 +46,12 @@ void fp_rt_config_init(struct fp_rt_config *cfg)
 
 const char fp_rt_options_help[] =
 	"  --net kernel|xdp|dpdk transport: Linux sockets (default), AF_XDP (root) or a DPDK\n"
-	"                        port (--dpdk; frames copied; idle workers nap, --nap-us)\n"
+	"                        port (--dpdk; idle workers nap, --nap-us)\n"
 	"  --dpdk 'EAL ARGS'     dpdk: the device and other EAL arguments, e.g.\n"
 	"                        --vdev=net_memif0,role=server,socket=/run/fp.sock (implies\n"
 	"                        --net dpdk; huge pages are used when free)\n"
+	"  --dpdk-copy yes|no    dpdk: copy frames to and from DPDK's own mbufs even where\n"
+	"                        zero-copy works (memif, af_packet, tap; default no)\n"
 	"  --kernel-io IO        kernel sockets via auto (io_uring, else epoll), uring, epoll\n"
 	"  --kernel-steer S      kernel, several workers: a connection goes to a worker by the\n"
 	"                        kernel's reuseport hash (hash, the default) or to the worker\n"
@@ -133,7 +135,7 @@ const char *const fp_rt_option_names[] = {
 	"net", "kernel-io", "kernel-steer", "if", "ip", "gw", "workers", "cores", "queue-base", "steer",
 	"steer-weights", "nic-steer", "batch", "idle",
 	"sched", "notify", "ipi-after-us", "flush-us", "burst", "burst-idle-us", "park-prio", "park-queue", "spin-us", "nap-us", "xdp-mode", "xdp-copy", "xdp-zerocopy", "umem-frames", "rx-drop", "rx-reorder", "seed",
-	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", NULL,
+	"rcv-buf", "max-conns", "rto-min-us", "peer-delack-us", "stats", "dpdk", "dpdk-copy", NULL,
 };
 
 const char *fp_rt_transport_name(enum fp_transport t)
@@ -477,6 +479,8 @@ static int opt_other(struct fp_rt_config *cfg, const char *opt, const char *val,
 		cfg->xdp.mode = (enum fp_xdp_mode)w;
 		return 1;
 	}
+	if (!strcmp(opt, "dpdk-copy"))
+		return opt_bool(opt, val, &cfg->dpdk.copy, err, errlen);
 	if (!strcmp(opt, "xdp-copy"))
 		return opt_bool(opt, val, &cfg->xdp.force_copy, err, errlen);
 	if (!strcmp(opt, "xdp-zerocopy"))
@@ -1288,8 +1292,10 @@ static void summary_net(struct rt_start *s, char *out, size_t len)
 		else if (n > 1)
 			snprintf(rss, sizeof(rss), "; a frame stays on its queue's worker (no RSS: "
 				 "%s)", fp_dpdk_rss_why(s->dpdk));
-		snprintf(out, len, "dpdk (%s, frames copied) %s/%u, a queue pair per worker%s",
-			 fp_dpdk_driver(s->dpdk), ip, c->prefix_len, rss);
+		const char *why = fp_dpdk_copy_why(s->dpdk);
+
+		snprintf(out, len, "dpdk (%s, %s) %s/%u, a queue pair per worker%s",
+			 fp_dpdk_driver(s->dpdk), why ? why : "zero-copy", ip, c->prefix_len, rss);
 	} else {
 		unsigned nq = s->xdp ? fp_xdp_queues(s->xdp) : n;
 		char spare[64] = "", steer[240] = "";

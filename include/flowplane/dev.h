@@ -157,9 +157,13 @@ int fp_pair_create(uint32_t frames, uint32_t frame_size, struct fp_devq *ends[2]
 /*
  * One DPDK port with a queue pair per worker, on Debian's DPDK 22.11: a vdev (net_memif,
  * net_af_packet, net_af_xdp, net_tap; the EAL runs with --no-pci, so no bound NIC in
- * this step: its DMA would also need our pool registered). Frames are copied between DPDK's
- * mbufs and the queue's own pool (receive and send), so the stack's buffers stay ours.
- * No receive interrupt: wait_fd() is -1, so an idle worker naps (rt's --nap-us).
+ * this step: its DMA would also need our pool registered). Zero-copy where the PMD reads
+ * and writes its mbufs' buffers only by address (memif in copy mode, af_packet, tap): the
+ * queue's pool is the PMD's mempool too (dev/dpdk.c, "zero-copy"), so a received frame is
+ * handed to the stack where the PMD put it and a frame the stack built goes to the PMD as
+ * it is. Elsewhere (af_xdp's PMD keeps its own UMEM), or with @copy, frames are copied
+ * between DPDK's mbufs and the queue's pool. No receive interrupt: wait_fd() is -1, so an
+ * idle worker naps (rt's --nap-us).
  */
 struct fp_dpdk_config {
 	const char *args;         /* EAL arguments, space-separated: at least the device
@@ -167,6 +171,8 @@ struct fp_dpdk_config {
 	unsigned n_queues;        /* rx/tx queue pairs: one per worker */
 	uint32_t frames;          /* our buffers per queue (default 4096) */
 	uint32_t ring_size;       /* rx and tx descriptors per queue (default 1024) */
+	bool copy;                /* copy frames to and from DPDK's own mbufs even where
+				   * zero-copy works (to compare the two) */
 };
 
 struct fp_dpdk;
@@ -185,6 +191,9 @@ struct fp_dpdk *fp_dpdk_open_next(const struct fp_dpdk *prev, const struct fp_dp
 struct fp_devq *fp_dpdk_queue_open(struct fp_dpdk *d, unsigned q, char *err, size_t errlen);
 /* The port's driver name ("net_memif"), for the startup line. */
 const char *fp_dpdk_driver(const struct fp_dpdk *d);
+
+/* NULL when the port's frames are not copied, else why they are, for the startup line. */
+const char *fp_dpdk_copy_why(const struct fp_dpdk *d);
 /* With several queues, RSS where the PMD has it (dpdk.c, port_rss_conf): the group ->
  * queue table the port steers by (with fp_rss_key_symmetric), or NULL when it does not;
  * then why not ("" with one queue), and the port's table size (0 without). */

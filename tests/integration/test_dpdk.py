@@ -81,20 +81,27 @@ def sockdir():
         yield d
 
 
-def test_echo_over_memif(build_dir, sockdir):
+@pytest.mark.parametrize("copy", ["no", "yes"], ids=["zero-copy", "copied"])
+def test_echo_over_memif(build_dir, sockdir, copy):
+    """Echoes of every size, byte for byte, with the queue's pool as memif's mempool
+    (zero-copy) and with frames copied to and from DPDK's own mbufs; either server against
+    a client of the other kind."""
     if not have_dpdk(build_dir):
         pytest.skip("no libdpdk-dev: test_dpdk_absent_says_how covers this build")
+    other = "yes" if copy == "no" else "no"
     sock = os.path.join(sockdir, "fp.sock")
-    srv = MemifServer(build_dir, sock)
+    srv = MemifServer(build_dir, sock, "--dpdk-copy", copy)
     try:
         assert stat.S_IMODE(os.stat(sock).st_mode) & 0o077 == 0, "memif socket not owner-only"
-        echo_each_size(build_dir, sock, sockdir, ("64", "1460", "9000", "100000"))
+        echo_each_size(build_dir, sock, sockdir, ("64", "1460", "9000", "100000"),
+                       "--dpdk-copy", other)
     finally:
         rc, err = srv.stop()
     assert rc == 0, err
-    # the startup line says what the worker does when idle: naps (DPDK's memif has no
-    # receive interrupt to sleep on)
-    assert "dpdk (net_memif, frames copied)" in err and "naps <= 100 us" in err, err
+    # the startup line says how frames move and what the worker does when idle: naps
+    # (DPDK's memif has no receive interrupt to sleep on)
+    how = "zero-copy" if copy == "no" else "frames copied: --dpdk-copy"
+    assert f"dpdk (net_memif, {how})" in err and "naps <= 100 us" in err, err
 
 
 def test_two_workers_over_memif(build_dir, sockdir):
@@ -261,3 +268,64 @@ def test_a_stopped_idle_dpdk_worker_counts_a_stall(build_dir, sockdir):
     assert rc == 0, err
     assert after["stalls"] > before["stalls"], (before, after)
     assert after["stall_ns"] - before["stall_ns"] >= 250_000_000, (before, after)
+
+
+TAP_CLIENT = """
+import os, socket, sys
+for size in (1, 64, 1400, 5000, 100000):
+    s = socket.create_connection(("10.98.0.1", 7), timeout=10)
+    data = os.urandom(size)
+    s.sendall(data)
+    got = b""
+    while len(got) < size:
+        b = s.recv(65536)
+        if not b:
+            break
+        got += b
+    s.close()
+    if got != data:
+        sys.exit(f"{size}-byte echo came back as {len(got)} bytes, or different ones")
+"""
+
+
+def test_echo_over_tap_zero_copy(build_dir):
+    """DPDK's tap PMD (a kernel tap interface, in a namespace of the test's own): Linux's
+    TCP echoes of every size through fp-echo, byte for byte, zero-copy (the tap PMD fills
+    our buffers with readv and sends them with writev)."""
+    if not have_dpdk(build_dir):
+        pytest.skip("no libdpdk-dev: test_dpdk_absent_says_how covers this build")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a network namespace and a tap interface)")
+    ns, ifname = f"fpdk{os.getpid()}", f"fptap{os.getpid() % 10000}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    srv = None
+    try:
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
+        srv = subprocess.Popen(["ip", "netns", "exec", ns, echo(build_dir), "server", "--dpdk",
+                                f"--vdev=net_tap0,iface={ifname}", "--ip", "10.98.0.1/24",
+                                "--stats", "none"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 20
+        while subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "show", ifname],
+                             capture_output=True).returncode != 0:
+            assert srv.poll() is None and time.time() < deadline, srv.stderr.read()
+            time.sleep(0.1)
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "addr", "add", "10.98.0.2/24", "dev",
+                        ifname], check=True)
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", ifname, "up"],
+                       check=True)
+        r = subprocess.run(["ip", "netns", "exec", ns, "python3", "-c", TAP_CLIENT],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    finally:
+        if srv:
+            srv.send_signal(2)
+            try:
+                srv.wait(15)
+            except subprocess.TimeoutExpired:
+                srv.kill()
+                srv.wait()
+        subprocess.run(["ip", "netns", "del", ns])
+    err = srv.stderr.read()
+    assert srv.returncode == 0, err
+    assert "dpdk (net_tap, zero-copy)" in err, err

@@ -3,9 +3,11 @@
 DPDK's memif (shared memory, no kernel), over AF_XDP on a veth pair (flowplane's own
 backend), and over DPDK's af_packet and af_xdp PMDs on the same veth pair (issue 21).
 
-Per backend, connection count and round: messages/s (64-byte messages, closed loop, one in
-flight per connection) and the round-trip p50/p99 from fp-echo client's own histogram,
-plus the server's CPU. One connection gives the unloaded round trip, many the server
+Per backend, connection count, message size (--sizes, default 64 bytes) and round:
+messages/s (closed loop, one in flight per connection) and the round-trip p50/p99 from
+fp-echo client's own histogram, plus the server's CPU. A DPDK backend with "-copy" runs
+with --dpdk-copy yes on both ends (frames copied to and from DPDK's own mbufs) beside the
+zero-copy default: the pair's per-round ratio is reported. One connection gives the unloaded round trip, many the server
 core's saturation. Backends are interleaved (memif, xdp, dpdk-af_packet, then again);
 medians with min-max. Root (namespaces); server on CPU 0, client on CPU 1.
 
@@ -29,7 +31,8 @@ from netns import Topo, stop_process  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
 from benchlib import med, parse_builds, ratio_cell, start  # noqa: E402
 
-BACKENDS = ["memif", "xdp", "dpdk-af_packet", "dpdk-af_xdp"]
+BACKENDS = ["memif", "xdp", "dpdk-af_packet", "dpdk-af_xdp", "memif-copy",
+            "dpdk-af_packet-copy"]
 # dpdk-af_xdp completes no round trip on this veth pair (not yet looked into): not run
 # unless asked for with --backends
 DEFAULT = ["memif", "xdp", "dpdk-af_packet"]
@@ -37,6 +40,9 @@ DEFAULT = ["memif", "xdp", "dpdk-af_packet"]
 
 def server_client_args(kind, topo, sock):
     """(server runtime args, client runtime args, server address, namespaces or None)."""
+    if kind.endswith("-copy"):
+        s, c, addr, ns = server_client_args(kind[:-len("-copy")], topo, sock)
+        return s + ["--dpdk-copy", "yes"], c + ["--dpdk-copy", "yes"], addr, ns
     if kind == "memif":
         m = "--vdev=net_memif0,role={},socket=" + sock + ",socket-abstract=no"
         return (["--dpdk", m.format("server"), "--ip", "10.99.0.1/24"],
@@ -57,13 +63,13 @@ def cpu_s(pid):
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one(kind, topo, exe, duration, tmp, conns=16):
+def one(kind, topo, exe, duration, tmp, conns=16, size=64):
     sock = os.path.join(tmp, f"{kind}.sock")
     sargs, cargs, addr, in_ns = server_client_args(kind, topo, sock)
     srv_cmd = [exe, "server", "--cores", "0", "--idle", "poll", "--stats", "none", *sargs]
     out = os.path.join(tmp, "r.json")
     cli_cmd = [exe, "client", "--server", addr, "--cores", "1", "--idle", "poll", "--stats",
-               "none", "--conns", str(conns), "--size", "64", "--rounds", "0", "--duration",
+               "none", "--conns", str(conns), "--size", str(size), "--rounds", "0", "--duration",
                str(duration), "--warmup", "1", "--json", out, *cargs]
     srv = start(topo, topo.srv_ns if in_ns else None, srv_cmd)
     try:
@@ -79,7 +85,7 @@ def one(kind, topo, exe, duration, tmp, conns=16):
         r = json.load(open(out))
     finally:
         stop_process(srv)
-    return {"backend": kind, "conns": conns, "msgs_per_s": r["msgs_per_s"],
+    return {"backend": kind, "conns": conns, "size": size, "msgs_per_s": r["msgs_per_s"],
             "rtt_p50_us": r["rtt_us"]["p50"], "rtt_p99_us": r["rtt_us"]["p99"],
             "errors": r["errors"], "server_cpu": (c1 - c0) / (duration + 1)}
 
@@ -90,6 +96,8 @@ def main():
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--conns", default="16", help="connection counts, a comma list "
                     "(default 16; e.g. 1,16,128: the unloaded round trip to saturation)")
+    ap.add_argument("--sizes", default="64", help="message sizes in bytes, a comma list "
+                    "(default 64)")
     ap.add_argument("--backends", default=",".join(DEFAULT),
                     help=f"comma list of {', '.join(BACKENDS)} (default {','.join(DEFAULT)})")
     ap.add_argument("--build", default=str(ROOT / "build" / "release"),
@@ -110,6 +118,12 @@ def main():
         ap.error("--conns takes a comma list of numbers")
     if not conns or min(conns) < 1:
         ap.error("--conns takes positive numbers")
+    try:
+        sizes = [int(x) for x in a.sizes.split(",") if x]
+    except ValueError:
+        ap.error("--sizes takes a comma list of numbers")
+    if not sizes or min(sizes) < 1:
+        ap.error("--sizes takes positive numbers")
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -119,25 +133,28 @@ def main():
                 exe = str(pathlib.Path(bdir) / "apps" / "echo" / "fp-echo")
                 for kind in kinds:
                     for nc in conns:
-                        print(f"backend_echo: round {rnd + 1}/{a.rounds}: {kind}, {nc} "
-                              f"connection(s)" + (f" ({label})" if label else ""),
-                              file=sys.stderr, flush=True)
-                        r = one(kind, topo, exe, a.duration, tmp, nc)
-                        r["round"], r["build"] = rnd + 1, label
-                        runs.append(r)
+                        for size in sizes:
+                            print(f"backend_echo: round {rnd + 1}/{a.rounds}: {kind}, {nc} "
+                                  f"connection(s), {size} B" + (f" ({label})" if label else ""),
+                                  file=sys.stderr, flush=True)
+                            r = one(kind, topo, exe, a.duration, tmp, nc, size)
+                            r["round"], r["build"] = rnd + 1, label
+                            runs.append(r)
     cmd = "sudo .venv/bin/python bench/backend_echo.py " + " ".join(sys.argv[1:])
     (out / "backend_echo.json").write_text(json.dumps({"command": cmd.strip(), "runs": runs},
                                                       indent=1))
     lines = [f"backend_echo, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
-             f"`{cmd.strip()}`; fp-echo, 64 B, one in flight per connection, one core each, both "
+             f"`{cmd.strip()}`; fp-echo, one in flight per connection, one core each, both "
              "polling; median (min-max)", "",
-             "| backend | connections | messages/s | RTT p50 µs | RTT p99 µs | server CPU | "
-             "errors |", "|---|---|---|---|---|---|---|"]
-    for kind, nc, (label, _) in [(k, n, b) for k in kinds for n in conns for b in builds]:
+             "| backend | connections | bytes | messages/s | RTT p50 µs | RTT p99 µs | "
+             "server CPU | errors |", "|---|---|---|---|---|---|---|---|"]
+    for kind, nc, size, (label, _) in [(k, n, z, b) for k in kinds for n in conns
+                                       for z in sizes for b in builds]:
         rs = [r for r in runs if r["backend"] == kind and r["build"] == label
-              and r.get("conns", 16) == nc]
+              and r.get("conns", 16) == nc and r.get("size", 64) == size]
         name = f"{kind} ({label})" if label else kind
-        lines.append(f"| {name} | {nc} | {med([r['msgs_per_s'] for r in rs], '{:,.0f}')} | "
+        lines.append(f"| {name} | {nc} | {size} | "
+                     f"{med([r['msgs_per_s'] for r in rs], '{:,.0f}')} | "
                      f"{med([r['rtt_p50_us'] for r in rs], '{:.1f}')} | "
                      f"{med([r['rtt_p99_us'] for r in rs], '{:.1f}')} | "
                      f"{med([100 * r['server_cpu'] for r in rs], '{:.0f}%')} | "
@@ -148,10 +165,31 @@ def main():
                   "| backend | connections | messages/s | RTT p50 |", "|---|---|---|---|"]
         for kind in kinds:
             for nc in conns:
-                rs = [r for r in runs if r.get("conns", 16) == nc]
-                lines.append(f"| {kind} | {nc} | "
-                             f"{ratio_cell(rs, 'msgs_per_s', last, first, 'backend', kind)} | "
-                             f"{ratio_cell(rs, 'rtt_p50_us', last, first, 'backend', kind)} |")
+                for size in sizes:
+                    rs = [r for r in runs if r.get("conns", 16) == nc and r.get("size", 64) == size]
+                    lines.append(f"| {kind} | {nc} | {size} B | "
+                                 f"{ratio_cell(rs, 'msgs_per_s', last, first, 'backend', kind)} | "
+                                 f"{ratio_cell(rs, 'rtt_p50_us', last, first, 'backend', kind)} |")
+    pairs = [k for k in kinds if k + "-copy" in kinds]
+    if pairs:
+        # zero-copy against copied: the same build, per round (relabelled as builds)
+        lines += ["", "zero-copy against --dpdk-copy yes, per round, median (min-max):", "",
+                  "| backend | connections | bytes | messages/s | RTT p50 |",
+                  "|---|---|---|---|---|"]
+        for kind in pairs:
+            for nc in conns:
+                for size in sizes:
+                    for label, _ in builds:
+                        rs = [dict(r, build=("zc" if r["backend"] == kind else "copy"),
+                                   backend=kind, round=r["round"])
+                              for r in runs if r["backend"] in (kind, kind + "-copy")
+                              and r["build"] == label and r.get("conns", 16) == nc
+                              and r.get("size", 64) == size]
+                        name = f"{kind} ({label})" if label else kind
+                        lines.append(
+                            f"| {name} | {nc} | {size} | "
+                            f"{ratio_cell(rs, 'msgs_per_s', 'zc', 'copy', 'backend', kind)} | "
+                            f"{ratio_cell(rs, 'rtt_p50_us', 'zc', 'copy', 'backend', kind)} |")
     md = "\n".join(lines) + "\n"
     (out / "backend_echo.md").write_text(md)
     print(md)

@@ -28,7 +28,7 @@
 
 static const char usage[] =
 	"usage: fp-dev-cost (--pair | --xdp IF_A,IF_B | --dpdk 'EAL ARGS') [--frames N]\n"
-	"                   [--burst B] [--size BYTES] [--json]\n"
+	"                   [--burst B] [--size BYTES] [--dpdk-copy] [--json]\n"
 	"Send N frames from end A of a link to end B in bursts of B, one thread driving both,\n"
 	"and print the cycles spent per frame in the backend's send (tx_burst + reclaim) and\n"
 	"receive (rx_burst + reclaim) calls.\n"
@@ -40,6 +40,8 @@ static const char usage[] =
 	"  --frames N      frames to move (default 2000000)\n"
 	"  --burst B       frames per tx_burst, 1..256 (default 32)\n"
 	"  --size BYTES    frame size, 60..1514 (default 64: Ethernet, IPv4, UDP, 22 bytes)\n"
+	"  --dpdk-copy     dpdk: frames copied to and from DPDK's own mbufs even where the\n"
+	"                  backend is zero-copy (memif, af_packet, tap)\n"
 	"  --json          one JSON object instead of the table line\n";
 
 struct end {
@@ -142,6 +144,8 @@ static void run(struct end *a, struct end *b, uint64_t frames, unsigned burst, s
 	t->tx_dropped = ds.tx_dropped;   /* cumulative over the device's life */
 }
 
+static bool dpdk_copy;   /* --dpdk-copy */
+
 static void open_end(struct end *e, const char *how, const char *ifname, uint32_t ip,
 		     struct fp_dpdk *first, const char *dpdk_args)
 {
@@ -155,7 +159,7 @@ static void open_end(struct end *e, const char *how, const char *ifname, uint32_
 		if (!(e->q = fp_xdp_queue_open(e->x, 0, err, sizeof(err))))
 			die(ifname, err);
 	} else {
-		struct fp_dpdk_config c = { .args = dpdk_args, .n_queues = 1 };
+		struct fp_dpdk_config c = { .args = dpdk_args, .n_queues = 1, .copy = dpdk_copy };
 
 		e->d = first ? fp_dpdk_open_next(first, &c, err, sizeof(err))
 			     : fp_dpdk_open(&c, err, sizeof(err));
@@ -199,6 +203,7 @@ int main(int argc, char **argv)
 		{ "dpdk", required_argument, NULL, 'd' }, { "frames", required_argument, NULL, 'n' },
 		{ "burst", required_argument, NULL, 'b' }, { "size", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' }, { "help", no_argument, NULL, 'h' },
+		{ "dpdk-copy", no_argument, NULL, 'c' },
 		{ NULL, 0, NULL, 0 } };
 	const char *xdp = NULL, *dpdk = NULL, *kind = NULL;
 	uint64_t frames = 2000000;
@@ -219,6 +224,7 @@ int main(int argc, char **argv)
 		case 'b': burst = (unsigned)parse_u64("--burst", optarg, 1, MAX_BURST); break;
 		case 's': size = parse_u64("--size", optarg, 60, 1514); break;
 		case 'j': json = true; break;
+		case 'c': dpdk_copy = true; break;
 		case 'h': fputs(usage, stdout); return 0;
 		default:
 			fprintf(stderr, "fp-dev-cost: unknown or incomplete option '%s' (--help)\n",

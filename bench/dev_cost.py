@@ -9,6 +9,9 @@ backend's send and receive calls apart) for each backend, interleaved, several r
   xdp             flowplane's AF_XDP on the two ends of a veth pair (copy mode)
   dpdk-af_packet  DPDK's af_packet PMD on the same veth pair
   dpdk-af_xdp     DPDK's af_xdp PMD on the same veth pair
+  memif-copy, dpdk-af_packet-copy
+                  the same with --dpdk-copy: frames copied to and from DPDK's own mbufs
+                  (the backend's zero-copy off)
 
 The veth pair lives in a namespace of its own, made and removed here.
 
@@ -29,7 +32,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from benchlib import med  # noqa: E402
 
-BACKENDS = ["pair", "memif", "xdp", "dpdk-af_packet", "dpdk-af_xdp"]
+BACKENDS = ["pair", "memif", "xdp", "dpdk-af_packet", "dpdk-af_xdp", "memif-copy",
+            "dpdk-af_packet-copy"]
+DEFAULT = BACKENDS[:5]
 
 
 def sh(*cmd):
@@ -37,6 +42,8 @@ def sh(*cmd):
 
 
 def args_for(kind, tmp):
+    if kind.endswith("-copy"):
+        return args_for(kind[:-len("-copy")], tmp) + ["--dpdk-copy"]
     if kind == "pair":
         return ["--pair"]
     if kind == "memif":
@@ -67,8 +74,8 @@ def main():
     ap.add_argument("--frames", type=int, default=2000000)
     ap.add_argument("--burst", type=int, default=32)
     ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--backends", default=",".join(BACKENDS),
-                    help=f"comma list of {', '.join(BACKENDS)} (default all)")
+    ap.add_argument("--backends", default=",".join(DEFAULT),
+                    help=f"comma list of {', '.join(BACKENDS)} (default {','.join(DEFAULT)})")
     ap.add_argument("--build", default=str(ROOT / "build" / "release"))
     ap.add_argument("--out", default=str(ROOT / "results" / "dev_cost"))
     a = ap.parse_args()

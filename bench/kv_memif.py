@@ -24,6 +24,7 @@ import json
 import os
 import pathlib
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,19 +51,22 @@ def one(path, topo, build, a, tmp, fp_flags=()):
         cli_rt = ["--if", topo.cli_if, "--ip", f"{topo.fp_cli_ip}/24"]
         addr, sns, cns = topo.fp_srv_ip, topo.srv_ns, topo.cli_ns
     out = os.path.join(tmp, "lg.json")
+    stats = f"kvm{os.getpid()}"
     srv = start(topo, sns, [kv, "-m", "1024", "-t", "1", "-U", "0", "--cores", "0", "--idle",
-                            "poll", "--stats", "none", *srv_rt, *fp_flags])
+                            "poll", "--stats", stats, *srv_rt, *fp_flags])
     try:
         time.sleep(2)
         if srv.poll() is not None:
             raise SystemExit(f"kv_memif: {path}: fp-kv exited: {srv.stderr.read()[-400:]}")
         load = ["--sweep", a.sweep] if a.sweep else ["--closed", str(a.closed)]
+        steal0, stalls0 = steal_ms(), server_stalls(build, stats)
         cli = start(topo, cns, [lg, "--server", addr, "--workload", "usr", "--conns", "64",
                                 *load, "--duration", str(a.duration),
                                 "--warmup", "1", "--cores", "1", "--idle", "poll", "--stats",
                                 "none", "--quiet",
                                 "--json", out, *cli_rt])
         _, err = cli.communicate(timeout=a.duration * 20 + 120)
+        steal1, stalls1 = steal_ms(), server_stalls(build, stats)
         if cli.returncode != 0:
             raise SystemExit(f"kv_memif: {path}: fp-loadgen failed: {err[-400:]}")
         res = json.load(open(out))
@@ -72,8 +76,39 @@ def one(path, topo, build, a, tmp, fp_flags=()):
             "p50_us": pt["latency_us"]["p50"], "p99_us": pt["latency_us"]["p99"],
             "timeouts": pt.get("timeouts", 0), "errors": pt.get("errors", 0),
             "dropped": pt.get("dropped", 0), "valid": pt.get("valid", True),
-            "invalid_reasons": pt.get("invalid_reasons", [])} for pt in res["points"]]
-    return {"path": path, **pts[0], "points": pts}
+            "invalid_reasons": pt.get("invalid_reasons", []),
+            "client_stalls": pt.get("client_stalls", 0),
+            "client_loop_gap_us": pt.get("client_loop_gap_us", 0),
+            "latency_max_us": pt["latency_us"].get("max"),
+            "slip_max_us": pt.get("slip_us", {}).get("max")} for pt in res["points"]]
+    # over the whole run (warm-up and every point): the server's loop stalls (the runtime's
+    # count of gaps after an idle round: its core taken) and each CPU's guest steal time
+    return {"path": path, **pts[0], "points": pts,
+            "server_stalls": stalls1[0] - stalls0[0],
+            "server_stall_ms": (stalls1[1] - stalls0[1]) / 1e6,
+            "steal_ms": [b - a for a, b in zip(steal0, steal1)]}
+
+
+def per_round_max(p):
+    return f"{p['latency_max_us']:.0f}" if p.get("latency_max_us") is not None else "-"
+
+
+def steal_ms():
+    """Each CPU's guest steal time so far, ms (/proc/stat's eighth column)."""
+    tick = 1000 / os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        return [int(ln.split()[8]) * tick for ln in f
+                if ln.startswith("cpu") and not ln.startswith("cpu ")]
+
+
+def server_stalls(build, name):
+    """(stalls, stall ns) of the fp-kv named @name so far: fp-stats' totals."""
+    r = subprocess.run([str(build / "tools" / "fp-stats"), "--name", name, "--totals"],
+                       capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        return (0, 0)   # not up yet: counted from zero
+    w = json.loads(r.stdout.strip().splitlines()[-1])["workers"]
+    return (sum(x["stalls"] for x in w), sum(x["stall_ns"] for x in w))
 
 
 def main():
@@ -118,9 +153,11 @@ def main():
         lines = [f"kv_memif, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
                  f"`{cmd.strip()}`; fp-kv and fp-loadgen (USR, 64 connections, open loop, "
                  "Poisson), one core each; per offered rate, median (min-max) over rounds; "
-                 "invalid: rounds whose point failed fp-loadgen's checks (rate, slip, drops)",
-                 "", "| path | offered | achieved | p50 µs | p99 µs | invalid |",
-                 "|---|---|---|---|---|---|"]
+                 "invalid: rounds whose point failed fp-loadgen's checks (rate, slip, drops); "
+                 "per round: requests dropped at the client (a connection's backlog of 32 "
+                 "full), the client's loop stalls and its worst latency",
+                 "", "| path | offered | achieved | p50 µs | p99 µs | invalid | dropped | "
+                 "client stalls | max latency µs |", "|---|---|---|---|---|---|---|---|---|"]
         for path, (label, *_) in [(p, b) for p in PATHS for b in builds]:
             rs = [r for r in runs if r["path"] == path and r["build"] == label]
             for i, pt0 in enumerate(rs[0]["points"] if rs else []):
@@ -130,7 +167,10 @@ def main():
                              f"{med([p['achieved_rps'] for p in ps], '{:,.0f}')} | "
                              f"{med([p['p50_us'] for p in ps], '{:.0f}')} | "
                              f"{med([p['p99_us'] for p in ps], '{:.0f}')} | "
-                             f"{sum(not p['valid'] for p in ps)} of {len(ps)} |")
+                             f"{sum(not p['valid'] for p in ps)} of {len(ps)} | "
+                             f"{' / '.join(str(p['dropped']) for p in ps)} | "
+                             f"{' / '.join(str(p.get('client_stalls', 0)) for p in ps)} | "
+                             f"{' / '.join(per_round_max(p) for p in ps)} |")
     else:
         lines = [f"kv_memif, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
                  f"`{cmd.strip()}`; fp-kv and fp-loadgen (USR, 64 connections x {a.closed} in "
@@ -149,6 +189,15 @@ def main():
             for path in PATHS:
                 lines.append(f"- {path}, requests/s {last} / {first} per round: "
                              f"{ratio_cell(runs, 'achieved_rps', last, first, 'path', path)}")
+    lines += ["", "Stalls over each run (warm-up and every point): the server's loop stalls (its "
+              "core taken: the runtime's count and time) and each CPU's guest steal time:", "",
+              "| round | path | server stalls | server stall ms | steal ms per CPU |",
+              "|---|---|---|---|---|"]
+    for r in runs:
+        name = f"{r['path']} ({r['build']})" if r["build"] else r["path"]
+        lines.append(f"| {r['round']} | {name} | {r['server_stalls']} | "
+                     f"{r['server_stall_ms']:.1f} | "
+                     f"{' / '.join(f'{x:.0f}' for x in r['steal_ms'])} |")
     md = "\n".join(lines) + "\n"
     (out / "kv_memif.md").write_text(md)
     print(md)

@@ -156,17 +156,18 @@ def control(what, pid):
 def one(app, a, build, tmp):
     sock = os.path.join(tmp, f"{app}.sock")
     m = "--vdev=net_memif0,role={},socket=" + sock + ",socket-abstract=no"
+    copy = ["--dpdk-copy", "yes"] if a.dpdk_copy else []
     srv_rt = ["--cores", "0", "--idle", "poll", "--stats", "none", "--dpdk", m.format("server"),
-              "--ip", "10.99.0.1/24"]
+              "--ip", "10.99.0.1/24", *copy]
     cli_rt = ["--cores", "1", "--stats", "none", "--dpdk", m.format("client"),
-              "--ip", "10.99.0.2/24"]
+              "--ip", "10.99.0.2/24", *copy]
     run_s = a.settle + a.window + 4
     if app.startswith("echo"):
         exe = str(build / "apps" / "echo" / "fp-echo")
         flag = {"echo-threads": ["--threads"], "echo-native": ["--native"],
                 "echo-steal": ["--sched", "steal"]}.get(app, [])
         srv = [exe, "server", *flag, *srv_rt]
-        cli = [exe, "client", "--server", "10.99.0.1", "--conns", str(a.conns), "--size", "64",
+        cli = [exe, "client", "--server", "10.99.0.1", "--conns", str(a.conns), "--size", str(a.size),
                "--rounds", "0", "--duration", str(run_s), "--warmup", "0", "--idle", "poll",
                *cli_rt]
     else:
@@ -254,12 +255,18 @@ def main():
     ap.add_argument("--settle", type=float, default=4.0, help="seconds of load before the "
                     "window: the client's setup and warm-up (default 4)")
     ap.add_argument("--window", type=float, default=5.0, help="seconds counted (default 5)")
+    ap.add_argument("--size", type=int, default=64, help="fp-echo's message size in bytes "
+                    "(default 64)")
+    ap.add_argument("--dpdk-copy", action="store_true", help="both ends with --dpdk-copy yes "
+                    "(frames copied to and from DPDK's own mbufs, as before zero-copy)")
     ap.add_argument("--top", type=int, default=20, help="functions listed (default 20)")
     ap.add_argument("--keep", action="store_true", help="keep each callgrind dump in --out "
                     "(APP.callgrind, for callgrind_annotate)")
     ap.add_argument("--build", default=str(ROOT / "build" / "release"))
     ap.add_argument("--out", default=str(ROOT / "results" / "request_cost"))
     a = ap.parse_args()
+    if a.size < 1:
+        ap.error("--size takes a positive number of bytes")
     apps = [x for x in a.apps.split(",") if x]
     if not apps or any(x not in MARKER for x in apps):
         ap.error(f"--apps takes a comma-separated list of {', '.join(MARKER)}")
@@ -281,7 +288,7 @@ def main():
                                                       indent=1))
     lines = [f"request_cost, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
              f"`{cmd.strip()}`; the server under callgrind on memif, {a.conns} connections "
-             f"closed loop, one request in flight each; fp-echo 64-byte messages, fp-kv "
+             f"closed loop, one request in flight each; fp-echo {a.size}-byte messages, fp-kv "
              f"memcached's USR (GET of 19-byte keys, 2-byte values)", ""]
     for r in res:
         lines += table(r) + [""]

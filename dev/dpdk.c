@@ -261,13 +261,25 @@ static int zc_enqueue(struct rte_mempool *mp, void *const *objs, unsigned n)
 	if (!z->ready)
 		return 0;   /* rte_mempool_populate_default's: the buffers start in our pool */
 	c = zc_enter(z);
-	for (unsigned i = 0; i < n; i++)
-		fp_mbuf_free(c, zc_mbuf(z, objs[i]));
+	for (unsigned i = 0; i < n; i++) {
+		struct fp_mbuf *m = zc_mbuf(z, objs[i]);
+
+		if (fp_unlikely(m->next))
+			fp_mbuf_free(c, m);
+		else if (--m->refcnt == 0)   /* else TCP keeps it for retransmission */
+			fp_pool_put(c, m);
+	}
 	zc_leave(z, c);
 	return 0;
 }
 
-/* An mbuf for the PMD: a buffer of our pool and its header, as DPDK keeps a free one. */
+/*
+ * Mbufs for the PMD: buffers of our pool and their headers. A free buffer's header is as
+ * DPDK keeps a free mbuf (one reference, no next segment, nb_segs 1) without being reset
+ * here: every way a header is given back leaves it so (zc_header_init; rte_pktmbuf_free;
+ * tx_prepare, which sets them, before the PMD's free; and a received header, which the PMD
+ * left so unless it chained, and a chain is freed by rte_pktmbuf_free).
+ */
 static int zc_dequeue(struct rte_mempool *mp, void **objs, unsigned n)
 {
 	struct dpdk_zc *z = mp->pool_config;
@@ -275,7 +287,6 @@ static int zc_dequeue(struct rte_mempool *mp, void **objs, unsigned n)
 
 	for (unsigned i = 0; i < n; i++) {
 		struct fp_mbuf *m = fp_pool_get(c);
-		struct rte_mbuf *r;
 
 		if (!m) {
 			while (i--)
@@ -283,12 +294,7 @@ static int zc_dequeue(struct rte_mempool *mp, void **objs, unsigned n)
 			zc_leave(z, c);
 			return -ENOBUFS;
 		}
-		r = z->hdr[m->index];
-		rte_mbuf_refcnt_set(r, 1);
-		r->next = NULL;
-		r->nb_segs = 1;
-		r->ol_flags = RTE_MBUF_F_EXTERNAL;
-		objs[i] = r;
+		objs[i] = z->hdr[m->index];
 	}
 	zc_leave(z, c);
 	return 0;

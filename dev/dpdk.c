@@ -86,6 +86,7 @@ struct dpdk_zc {
 	pthread_mutex_t lock;      /* any other thread takes it and uses spare */
 	struct fp_pool_cache spare;
 	bool ready;                /* headers laid over the buffers (before: populating) */
+	_Atomic uint64_t nobuf;    /* PMD allocations refused: our pool was dry */
 };
 
 struct fp_dpdk {
@@ -292,6 +293,9 @@ static int zc_dequeue(struct rte_mempool *mp, void **objs, unsigned n)
 			while (i--)
 				fp_mbuf_free(c, zc_mbuf(z, objs[i]));
 			zc_leave(z, c);
+			/* memif then leaves the frame in its ring (the peer's sends stall), af_packet
+			 * and tap drop it: counted either way, as a receive that found no buffer */
+			atomic_fetch_add_explicit(&z->nobuf, 1, memory_order_relaxed);
 			return -ENOBUFS;
 		}
 		objs[i] = z->hdr[m->index];
@@ -616,6 +620,8 @@ static void dpdk_stats(struct fp_devq *dq, struct fp_dev_stats *out)
 
 	*out = q->st;
 	out->invalid_descs += q->tx_bad;
+	if (q->zc)
+		out->rx_fill_empty += atomic_load_explicit(&q->zc->nobuf, memory_order_relaxed);
 	if (!rte_eth_stats_get(q->d->port, &es)) {
 		out->rx_dropped += es.imissed + es.rx_nombuf;
 		out->tx_dropped += es.oerrors;

@@ -118,7 +118,8 @@ const char fp_rt_options_help[] =
 	"  --xdp-mode MODE       auto, native or skb (default auto)\n"
 	"  --xdp-copy yes|no     xdp: force copy mode\n"
 	"  --xdp-zerocopy yes|no xdp: require zero-copy mode (fail without it)\n"
-	"  --umem-frames N       xdp: UMEM frames per queue (default 4096)\n"
+	"  --umem-frames N       xdp: UMEM frames per queue; dpdk: buffers per queue (default\n"
+	"                        4096 both)\n"
 	"  --rx-drop P           drop this fraction (0..1) of received frames (tests)\n"
 	"  --rx-reorder P        hold this fraction (0..1) of received frames back until after\n"
 	"                        the next burst's: out of order, not lost (tests)\n"
@@ -374,7 +375,7 @@ static int opt_number(struct fp_rt_config *cfg, const char *opt, const char *val
 	NUM("burst", 1, FP_RT_MAX_WORKERS - 1, false, cfg->n_burst = (unsigned)v)
 	NUM("burst-idle-us", 0, 1000000, false, cfg->burst_idle_us = (uint32_t)v)
 	NUM("park-prio", 1, 99, false, cfg->park_prio = (unsigned)v)
-	NUM("umem-frames", 64, 1u << 20, true, cfg->xdp.frames = (uint32_t)v)
+	NUM("umem-frames", 64, 1u << 20, true, cfg->xdp.frames = cfg->dpdk.frames = (uint32_t)v)
 	NUM("seed", 0, UINT64_MAX, false, cfg->seed = v)
 	NUM("rcv-buf", 4096, 1u << 30, true, cfg->stack.rcv_buf = (uint32_t)v)
 	NUM("max-conns", 1, 1u << 24, true, cfg->stack.max_conns = (uint32_t)v)

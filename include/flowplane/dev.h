@@ -32,7 +32,8 @@ struct fp_dev_stats {
 	uint64_t rx_frames, rx_bytes, tx_frames, tx_bytes;
 	uint64_t rx_dropped;          /* device dropped: no buffer/ring full (AF_XDP: kernel's
 				       * XDP_STATISTICS rx_dropped + rx_ring_full) */
-	uint64_t rx_fill_empty;       /* polls that found no receive buffer posted */
+	uint64_t rx_fill_empty;       /* polls that found no receive buffer posted (DPDK,
+				       * zero-copy: the PMD's allocations our pool refused) */
 	uint64_t tx_full;             /* frames tx_burst refused (ring full) */
 	uint64_t tx_dropped;          /* frames the device took and then dropped (DPDK: the
 				       * PMD's oerrors) */

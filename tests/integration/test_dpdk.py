@@ -211,6 +211,33 @@ def test_echo_over_memif_with_loss_and_reordering(build_dir, sockdir):
     assert rc == 0, err
 
 
+def test_zero_copy_server_with_a_dry_pool(build_dir, sockdir):
+    """Zero-copy makes the queue's pool memif's mempool too: with 64 buffers, 16 clients'
+    100 kB echoes keep it dry. A receive that finds no buffer is counted (dev_fill_empty),
+    memif keeps the frame in its ring, and every echo still comes back byte for byte."""
+    if not have_dpdk(build_dir):
+        pytest.skip("no libdpdk-dev: test_dpdk_absent_says_how covers this build")
+    name = f"ddry{os.getpid()}"
+    sock = os.path.join(sockdir, "dry.sock")
+    srv = MemifServer(build_dir, sock, "--umem-frames", "64", "--stats", name)
+    out = os.path.join(sockdir, "dry.json")
+    try:
+        r = client(build_dir, sock, "--size", "100000", "--conns", "16", "--duration", "2",
+                   "--warmup", "0.2", "--json", out)
+        assert r.returncode == 0, r.stderr
+        res = json.load(open(out))
+        assert res["messages"] > 0 and res["errors"] == 0, res
+        st = subprocess.run([str(build_dir / "tools" / "fp-stats"), "--name", name, "--totals"],
+                            capture_output=True, text=True, timeout=30)
+        assert st.returncode == 0, st.stderr
+        w = json.loads(st.stdout.strip().splitlines()[-1])["workers"][0]
+        assert w["drops"]["dev_fill_empty"] > 0, w["drops"]
+    finally:
+        rc, err = srv.stop()
+    assert rc == 0, err
+    assert "zero-copy" in err, err
+
+
 def test_dpdk_bad_config_one_line(build_dir, sockdir):
     if not have_dpdk(build_dir):
         pytest.skip("no libdpdk-dev")

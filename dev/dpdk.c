@@ -506,12 +506,17 @@ static int tx_prepare(struct dpdk_q *q, struct fp_mbuf *m, struct rte_mbuf **r,
 	if (!m->pkt_len || m->pkt_len > q->d->mtu + 18u)   /* Ethernet + VLAN */
 		return 0;
 	if (z) {
-		if (fp_likely(m->pool == z->pool && !m->next))
-			c = m;
-		else if (!(c = *copy = fp_pool_get(&q->dq.cache)))
-			return -1;
-		else
+		c = m;
+		if (fp_unlikely(m->pool != z->pool || m->next)) {
+			if (!(c = fp_pool_get(&q->dq.cache)))
+				return -1;
+			if (m->pkt_len > fp_mbuf_tailroom(c)) {   /* a jumbo MTU: one buffer */
+				fp_mbuf_free(&q->dq.cache, c);
+				return 0;
+			}
 			c->data_len = c->pkt_len = fp_mbuf_read(m, 0, fp_mbuf_data(c), m->pkt_len);
+			*copy = c;
+		}
 		*r = z->hdr[c->index];
 		(*r)->data_off = c->data_off;
 		(*r)->data_len = (uint16_t)c->data_len;
@@ -527,6 +532,10 @@ static int tx_prepare(struct dpdk_q *q, struct fp_mbuf *m, struct rte_mbuf **r,
 	if (!(*r = rte_pktmbuf_alloc(q->d->mp)))
 		return -1;
 	uint8_t *p = (uint8_t *)rte_pktmbuf_append(*r, (uint16_t)m->pkt_len);
+	if (!p) {                                       /* longer than one DPDK mbuf */
+		rte_pktmbuf_free(*r);
+		return 0;
+	}
 	for (const struct fp_mbuf *s = m; s; s = s->next) {
 		memcpy(p, fp_mbuf_data(s), s->data_len);
 		p += s->data_len;

@@ -126,7 +126,9 @@ static bool take_fields(struct fp_rt_config *to, const struct fp_rt_config *from
 	else if (!strcmp(opt, "xdp-zerocopy"))
 		F(xdp.force_zerocopy);
 	else if (!strcmp(opt, "umem-frames"))
-		F(xdp.frames);
+		F(xdp.frames), F(dpdk.frames);
+	else if (!strcmp(opt, "dpdk-copy"))
+		F(dpdk.copy);
 	else if (!strcmp(opt, "rx-drop"))
 		F(rx_drop);
 	else if (!strcmp(opt, "rx-reorder"))
@@ -207,6 +209,7 @@ static void check_config(const struct fp_rt_config *c, const char *lo, const cha
 	CHECK(c->park_queue <= FP_PARK_QUEUE_KEEP);
 	CHECK(c->nic_steer <= FP_NIC_STEER_OFF);
 	CHECK(c->xdp.frames == 0 || (c->xdp.frames >= 64 && c->xdp.frames <= (1u << 20)));
+	CHECK(c->dpdk.frames == c->xdp.frames);   /* --umem-frames sets both */
 	CHECK(c->stack.rcv_buf == 0 || (c->stack.rcv_buf >= 4096 && c->stack.rcv_buf <= (1u << 30)));
 	CHECK(c->stack.rto_min_us == 0 ||
 	      (c->stack.rto_min_us >= FP_TIMER_TICK_US && c->stack.rto_min_us <= 60000000));

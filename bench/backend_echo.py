@@ -90,6 +90,17 @@ def one(kind, topo, exe, duration, tmp, conns=16, size=64):
             "errors": r["errors"], "server_cpu": (c1 - c0) / (duration + 1)}
 
 
+def positive_list(ap, flag, text):
+    """@text, a comma list of positive numbers, as ints; else @flag's usage error."""
+    try:
+        xs = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        xs = []
+    if not xs or min(xs) < 1:
+        ap.error(f"{flag} takes a comma list of positive numbers")
+    return xs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -112,18 +123,7 @@ def main():
     if any(k not in BACKENDS for k in kinds):
         sys.exit(f"backend_echo: backends are {', '.join(BACKENDS)}")
     builds = parse_builds(a.build)
-    try:
-        conns = [int(x) for x in a.conns.split(",") if x]
-    except ValueError:
-        ap.error("--conns takes a comma list of numbers")
-    if not conns or min(conns) < 1:
-        ap.error("--conns takes positive numbers")
-    try:
-        sizes = [int(x) for x in a.sizes.split(",") if x]
-    except ValueError:
-        ap.error("--sizes takes a comma list of numbers")
-    if not sizes or min(sizes) < 1:
-        ap.error("--sizes takes positive numbers")
+    conns, sizes = positive_list(ap, "--conns", a.conns), positive_list(ap, "--sizes", a.sizes)
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []

@@ -24,7 +24,6 @@ import json
 import os
 import pathlib
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo, stop_process  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
-from benchlib import med, parse_builds, ratio_cell, start  # noqa: E402
+from benchlib import fp_totals, med, parse_builds, ratio_cell, start  # noqa: E402
 
 PATHS = ["memif", "xdp"]
 
@@ -103,11 +102,10 @@ def steal_ms():
 
 def server_stalls(build, name):
     """(stalls, stall ns) of the fp-kv named @name so far: fp-stats' totals."""
-    r = subprocess.run([str(build / "tools" / "fp-stats"), "--name", name, "--totals"],
-                       capture_output=True, text=True, timeout=30)
-    if r.returncode != 0:
+    try:
+        w = fp_totals(build, name)
+    except RuntimeError:
         return (0, 0)   # not up yet: counted from zero
-    w = json.loads(r.stdout.strip().splitlines()[-1])["workers"]
     return (sum(x["stalls"] for x in w), sum(x["stall_ns"] for x in w))
 
 

@@ -1,4 +1,5 @@
 /* dpdk.c: a DPDK port behind the device ops: a queue pair per worker, zero-copy where the PMD allows. */
+#include <assert.h>
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -42,27 +43,31 @@
  * pool of buffers (ours, struct fp_pool) is also the PMD's mempool for that queue: a
  * DPDK mempool whose objects are rte_mbuf headers only, header i's data buffer being our
  * buffer i ("pinned external buffers", as rte_pktmbuf_pool_create_extbuf makes them), and
- * whose operations (zc_ops) are our pool's: a PMD allocating an mbuf takes a buffer from
- * our pool and gets its header; freeing the header drops one reference to our buffer. So
- * a buffer and its header are one thing with one owner at a time, and
+ * whose operations (zc_ops) are our pool's: the mempool taking headers (to fill a
+ * worker's DPDK cache, from which the PMD allocates) takes buffers from our pool; giving
+ * a header back drops one reference to its buffer. So a buffer and its header are one
+ * thing with one owner at a time (our pool, DPDK's cache or the PMD, the stack), and
  *
  *   receive: the PMD writes a frame into buffer i; rx_burst hands our mbuf i to the stack
  *            with the header's offsets (no copy, nothing freed);
  *   send:    a one-segment frame of the queue's pool goes to the PMD as header i with the
- *            frame's offsets, and with it the frame's reference, which the PMD drops when
- *            it is done with the frame (TCP keeps its own for retransmission).
+ *            frame's offsets and its pinned buffer's count at 2, so the PMD's free of it
+ *            only brings that to 1 and leaves header and buffer alone; the PMD has copied
+ *            the frame out when its tx_burst returns, and tx_burst then drops the frame's
+ *            reference (TCP keeps its own for retransmission).
  *
  * A frame of another pool, or of several segments, is copied into a buffer of the queue's
  * pool (as AF_XDP's tx_prepare does); a received chain (a frame bigger than one buffer) is
- * copied into one. The mempool has no per-lcore cache: our pool's magazines are the
- * cache, reached through the queue's worker's own cache when the worker calls, and through
- * a spare cache under a lock from any other thread (the EAL's at setup and teardown, a
- * worker polling a queue lent to it). Only PMDs that copy between their rings and the
- * mbufs by address, and free a sent mbuf before their tx_burst returns, are zero-copy:
- * af_xdp's PMD lays its own UMEM over the mempool's memory, and memif's zero-copy mode its
- * shared regions; those copy (as --dpdk-copy does anywhere): each received DPDK mbuf is
- * copied into a buffer of the queue's pool and freed at once; each frame to send is copied
- * into a DPDK mbuf of the port's own mempool.
+ * copied into one. The mempool's operations reach our pool through the queue's worker's
+ * own cache when the worker calls, and through a spare cache under a lock from any other
+ * thread (the EAL's at setup and teardown, a worker polling a queue lent to it); DPDK's
+ * per-lcore cache in front (DPDK_ZC_CACHE) makes an allocation a few instructions inline
+ * instead of a call through the operations table. Only PMDs that copy between their
+ * rings and the mbufs by address, and are done with a sent mbuf when their tx_burst
+ * returns, are zero-copy: af_xdp's PMD lays its own UMEM over the mempool's memory, and
+ * memif's zero-copy mode its shared regions; those copy (as --dpdk-copy does anywhere):
+ * each received DPDK mbuf is copied into a buffer of the queue's pool and freed at once;
+ * each frame to send is copied into a DPDK mbuf of the port's own mempool.
  */
 #define DPDK_BURST     64u
 #define DPDK_MAX_ARGS  64
@@ -73,6 +78,7 @@
 #define DPDK_QUEUES_MAX 1024u /* queues the interrupt thread waits for (all ports) */
 #define DPDK_BUF       2048u  /* bytes per buffer of a queue's pool, headroom included */
 #define DPDK_BUF_BIG   4096u  /* the same for af_packet, whose frames take 2016 bytes */
+#define DPDK_ZC_CACHE  32u    /* zero-copy: headers per worker's mempool cache */
 
 /* A queue's pool as the PMD's mempool (zero-copy, above). */
 struct dpdk_zc {
@@ -252,8 +258,8 @@ static void zc_leave(struct dpdk_zc *z, struct fp_pool_cache *c)
 		pthread_mutex_unlock(&z->lock);
 }
 
-/* An mbuf freed by DPDK (the PMD done with a frame, or one it had taken for receive): its
- * buffer loses the reference the header held. */
+/* Headers given back (a DPDK cache flushed, or overflowing with receive mbufs the PMD or
+ * rx_burst freed): each buffer loses the reference its header held. */
 static int zc_enqueue(struct rte_mempool *mp, void *const *objs, unsigned n)
 {
 	struct dpdk_zc *z = mp->pool_config;
@@ -275,11 +281,13 @@ static int zc_enqueue(struct rte_mempool *mp, void *const *objs, unsigned n)
 }
 
 /*
- * Mbufs for the PMD: buffers of our pool and their headers. A free buffer's header is as
- * DPDK keeps a free mbuf (one reference, no next segment, nb_segs 1) without being reset
- * here: every way a header is given back leaves it so (zc_header_init; rte_pktmbuf_free;
- * tx_prepare, which sets them, before the PMD's free; and a received header, which the PMD
- * left so unless it chained, and a chain is freed by rte_pktmbuf_free).
+ * Headers for DPDK: buffers of our pool and their headers. A free buffer's header is as
+ * DPDK keeps a free mbuf (one reference, no next segment, nb_segs 1, its pinned buffer's
+ * count 1) without being reset here: every way a buffer comes back leaves it so
+ * (zc_header_init; rte_pktmbuf_free; a sent frame, whose header tx_prepare set so but for
+ * the count the PMD's free brought back to 1, or tx_unprepare did; and a received frame,
+ * whose header the PMD left so unless it chained, and a chain is freed by
+ * rte_pktmbuf_free).
  */
 static int zc_dequeue(struct rte_mempool *mp, void **objs, unsigned n)
 {
@@ -414,7 +422,7 @@ static struct dpdk_zc *zc_create(struct fp_dpdk *d, unsigned qi, unsigned bufsz,
 	z->shift = (unsigned)__builtin_ctz(bufsz);
 	snprintf(name, sizeof(name), "fp%u_zc%u", d->index, qi);
 	z->mp = rte_mempool_create_empty(name, pp.n_bufs, sizeof(struct rte_mbuf) +
-					 sizeof(struct rte_mbuf_ext_shared_info), 0,
+					 sizeof(struct rte_mbuf_ext_shared_info), DPDK_ZC_CACHE,
 					 sizeof(struct rte_pktmbuf_pool_private), SOCKET_ID_ANY, 0);
 	if (!z->mp) {
 		snprintf(err, errlen, "DPDK mempool for queue %u: %s (more memory: -m in --dpdk)",
@@ -527,6 +535,9 @@ static int tx_prepare(struct dpdk_q *q, struct fp_mbuf *m, struct rte_mbuf **r,
 		(*r)->tx_offload = 0;
 		(*r)->packet_type = 0;
 		rte_mbuf_refcnt_set(*r, 1);
+		/* the PMD's free of it then only drops this to 1 and leaves the header and its
+		 * buffer where they are: tx_burst drops the frame's reference itself */
+		rte_mbuf_ext_refcnt_set((*r)->shinfo, 2);
 		return 1;
 	}
 	if (!(*r = rte_pktmbuf_alloc(q->d->mp)))
@@ -543,14 +554,16 @@ static int tx_prepare(struct dpdk_q *q, struct fp_mbuf *m, struct rte_mbuf **r,
 	return 1;
 }
 
-/* The PMD did not take @r (prepared from @m with @copy): undo what tx_prepare did. */
+/* The PMD did not take @r (prepared with @copy): undo what tx_prepare did. */
 static void tx_unprepare(struct dpdk_q *q, struct rte_mbuf *r, struct fp_mbuf *copy)
 {
-	if (!q->zc)
+	if (!q->zc) {
 		rte_pktmbuf_free(r);
-	else if (copy)
+		return;
+	}
+	rte_mbuf_ext_refcnt_set(r->shinfo, 1);   /* a free header's */
+	if (copy)
 		fp_mbuf_free(&q->dq.cache, copy);
-	/* else: the header of the caller's own frame, which stays the caller's */
 }
 
 static unsigned dpdk_tx_burst(struct fp_devq *dq, struct fp_mbuf **frames, unsigned n)
@@ -584,14 +597,16 @@ static unsigned dpdk_tx_burst(struct fp_devq *dq, struct fp_mbuf **frames, unsig
 				tx_unprepare(q, out[i], copies[i]);
 			break;
 		}
-		/* a zero-copy frame's reference goes with its mbuf: the PMD may drop it (and
-		 * with it the frame) before this returns */
 		sent = rte_eth_tx_burst(q->d->port, q->qid, out, (uint16_t)k);
 		burst_leave(q);
 		for (unsigned i = 0; i < sent; i++) {
+			/* zero-copy: these PMDs are done with a frame when their tx_burst returns
+			 * (zc_pmd_ok); their free left its header to us (tx_prepare) */
+			assert(!q->zc || rte_mbuf_ext_refcnt_read(out[i]->shinfo) == 1);
 			q->st.tx_bytes += lens[i];
-			if (!q->zc || copies[i])
-				fp_mbuf_free(&dq->cache, frames[taken + i]);   /* a copy went */
+			if (copies[i])
+				fp_mbuf_free(&dq->cache, copies[i]);
+			fp_mbuf_free(&dq->cache, frames[taken + i]);
 		}
 		q->st.tx_frames += sent;
 		taken += sent;
@@ -642,6 +657,13 @@ static void dpdk_queue_close(struct fp_devq *dq)
 	struct dpdk_q *q = dq_of(dq);
 
 	queue_watch(q, false);
+	if (q->registered) {
+		/* the lcore's cached mbufs go back to their pool before its id is given up
+		 * (zero-copy: through zc_enqueue into this worker's cache, flushed next) */
+		struct rte_mempool *mp = q->zc ? q->zc->mp : q->d->mp;
+
+		rte_mempool_cache_flush(rte_mempool_default_cache(mp, rte_lcore_id()), mp);
+	}
 	if (q->zc) {
 		/* the pool is the port's (the PMD may hold buffers until it stops) */
 		atomic_store_explicit(&q->zc->owner, NULL, memory_order_relaxed);
@@ -651,12 +673,8 @@ static void dpdk_queue_close(struct fp_devq *dq)
 		fp_pool_cache_flush(&dq->cache);
 		fp_pool_destroy(dq->pool);
 	}
-	if (q->registered && q->d->mp) {
-		/* the cache's mbufs go back to the pool before the lcore id is given up */
-		rte_mempool_cache_flush(rte_mempool_default_cache(q->d->mp, rte_lcore_id()),
-					q->d->mp);
+	if (q->registered)
 		rte_thread_unregister();
-	}
 	free(q);
 }
 

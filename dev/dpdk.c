@@ -301,9 +301,13 @@ static int zc_dequeue(struct rte_mempool *mp, void **objs, unsigned n)
 			while (i--)
 				fp_mbuf_free(c, zc_mbuf(z, objs[i]));
 			zc_leave(z, c);
-			/* memif then leaves the frame in its ring (the peer's sends stall), af_packet
-			 * and tap drop it: counted either way, as a receive that found no buffer */
-			atomic_fetch_add_explicit(&z->nobuf, 1, memory_order_relaxed);
+			/* A refill of a worker's DPDK cache asks for more than the cache holds and,
+			 * refused, falls back to what the PMD asked for: not counted. A refusal of
+			 * that: memif leaves the frame in its ring (the peer's sends stall),
+			 * af_packet and tap drop it; counted either way, as a receive that found no
+			 * buffer. */
+			if (n <= DPDK_ZC_CACHE)
+				atomic_fetch_add_explicit(&z->nobuf, 1, memory_order_relaxed);
 			return -ENOBUFS;
 		}
 		objs[i] = z->hdr[m->index];

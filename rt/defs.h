@@ -157,8 +157,9 @@ unsigned rt_steal_round(struct fp_ctx *ctx);
 /* What rt_steal_exec_outside did with a call queued outside a flow's batches. */
 enum rt_out {
 	RT_OUT_PLAIN,   /* nothing: execute it, its return goes up with the next round */
-	RT_OUT_DONE,    /* executed (or kept for later); its return goes up as usual */
-	RT_OUT_FLOW,    /* executed; its return goes with the flow's next batch */
+	RT_OUT_DONE,    /* executed; its return goes up as usual */
+	RT_OUT_FLOW,    /* executed or kept until the flow's batch is done; its return goes
+			 * with the flow (its next batch, or up after its last) */
 };
 enum rt_out rt_steal_exec_outside(struct fp_ctx *ctx, struct fp_call *c);
 bool rt_steal_pending(const struct fp_ctx *ctx);

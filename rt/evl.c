@@ -1,4 +1,5 @@
 /* evl.c: the event-callback layer over the native API (libix): rounds, conditions, connection lifetime. */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,6 +227,7 @@ static void evl_ret_conn(struct fp_evl *evl, const struct fp_call *r)
 		return;
 	if (c->evl != evl)
 		evl_visit(evl, c);
+	assert(c->inflight > 0);   /* one return per call: a second would come after the free */
 	c->inflight--;
 	switch (r->type) {
 	case FP_CALL_SENDV:

@@ -257,9 +257,16 @@ static void finish(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s
 		s->n_rets += s->n_later;
 		s->n_later = 0;
 	}
-	if (s->close_waiting && !s->closed) {
+	if (s->close_waiting) {   /* counted when it was queued (rt_ctx_flush) */
 		s->close_waiting = false;
-		exec_flow_calls(ctx, s, &s->waiting, 1);
+		rt_reserve((void **)&s->rets, &s->cap_rets, s->n_rets + 1, sizeof(*s->rets));
+		if (s->closed) {
+			s->waiting.ret = -ENOTCONN;
+		} else {
+			ctx->tops->exec(ctx, &s->waiting);
+			s->closed = true;
+		}
+		s->rets[s->n_rets++] = s->waiting;
 	}
 	if (s->closed) {
 		ev_free_list(w, &s->sf.inbox);   /* the transport has let the flow go */
@@ -502,8 +509,9 @@ bool rt_steal_pending(const struct fp_ctx *ctx)
  * that a thief runs meanwhile: it goes with the flow, to its next batch (an idle flow
  * becomes ready for it, with no event), and so reaches the handler in order with the
  * flow's own returns and conditions, on one worker at a time. A CLOSE or ABORT for a
- * flow that is queued or running waits until it is done; on an idle one it runs at once
- * and the flow's returns still held go up with the home's next round, before its own.
+ * flow that is queued or running waits until it is done, and its return goes up after
+ * the batch's; on an idle one it runs at once and the flow's returns still held go up
+ * with the home's next round, before its own.
  * RT_OUT_PLAIN: not this layer's (no record, or no flow call): execute it as usual.
  */
 enum rt_out rt_steal_exec_outside(struct fp_ctx *ctx, struct fp_call *c)
@@ -544,12 +552,19 @@ enum rt_out rt_steal_exec_outside(struct fp_ctx *ctx, struct fp_call *c)
 		flow_forget(w, s);
 		return RT_OUT_DONE;
 	}
+	/* Queued or running: the close waits, and its return goes up after the batch's
+	 * (finish), with the flow's last ones. Not at once: the application would learn
+	 * that its cookie is no longer referenced while the flow's batch still names it
+	 * (and a thief's with it). A second close while one waits is refused, in order. */
 	if (!s->close_waiting) {
 		s->close_waiting = true;
 		s->waiting = *c;
+	} else {
+		c->ret = -ENOTCONN;
+		rt_reserve((void **)&s->later, &s->cap_later, s->n_later + 1, sizeof(*s->later));
+		s->later[s->n_later++] = *c;
 	}
-	c->ret = 0;
-	return RT_OUT_DONE;
+	return RT_OUT_FLOW;
 }
 
 void fp_flow_returns_soon(struct fp_ctx *ctx, const struct fp_flow *f)

@@ -244,7 +244,9 @@ class NsServer:
                 self.p.kill()
                 self.p.wait()
         rc = self.p.returncode
-        self.err.close()
+        if not self.err.closed:
+            self.last_stderr = self.stderr()
+            self.err.close()
         return rc
 
 
@@ -290,7 +292,7 @@ class XdpPair:
 
     def gone(self):
         """The servers that are not running any more, with their stderr."""
-        return [f"{' '.join(s.argv)}: exit {s.p.poll()}: {s.stderr()[-2000:]}"
+        return [f"{' '.join(s.argv)}: exit {s.p.poll()}: {s.stderr()[-8000:]}"
                 for s in self.servers if s.p.poll() is not None]
 
     def stop(self):
@@ -303,10 +305,12 @@ class XdpPair:
 
     def __exit__(self, *exc):
         gone = self.gone()
+        servers = self.servers
         rcs = self.stop()
         if exc[0] is None:
             assert not gone, f"server died: {gone}"
-            assert rcs == [0, 0], f"server exit status {rcs} after SIGTERM (memcached, fp-kv)"
+            assert rcs == [0, 0], (f"server exit status {rcs} after SIGTERM (memcached, fp-kv): "
+                                   + "\n".join(s.last_stderr[-3000:] for s in servers))
 
 
 # Opens N connections, asks `version` on each, prints "ready", waits for a line, closes

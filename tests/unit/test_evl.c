@@ -809,6 +809,43 @@ static void test_steal_returns_go_with_their_flow(void **state)
 	app_ops.drained = app_drained;
 }
 
+/*
+ * --sched steal: a connection that came and went in one round (KNOCK and EOF together, in
+ * the home's ordinary round) is closed while its flow waits for the ACCEPT's return: the
+ * CLOSE waits for that batch, and its one return comes home after it, so the connection
+ * is freed once, after the last call naming it (its return came at once and again after
+ * the batch: freed between the two, a use after free; fp-kv under CI).
+ */
+static void test_steal_a_close_behind_its_flows_batch(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = flow_new(f, 1 << 20);
+	struct fp_ctx thief;
+	struct fp_cond *k;
+
+	thief_open(f, &thief);
+	round_(f);                              /* the LISTEN's return */
+	push_knock(f, fl);
+	k = rt_cond_push(&f->ctx);              /* behind the handshake: the listener's cookie */
+	k->type = FP_COND_EOF;
+	k->flow = fl;
+	k->cookie = f->listen_cookie;
+	round_(f);                              /* ordinary: accepted, closed at once */
+	assert_int_equal(f->calls[FP_CALL_ACCEPT], 1);
+	assert_int_equal(f->calls[FP_CALL_CLOSE], 0);   /* it waits for the flow's batch */
+	assert_true(fl->live);
+	assert_int_equal(f->ctx.n_rets, 0);     /* and so does its return */
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* the ACCEPT's return */
+	assert_int_equal(fp_evl_conns(f->evl), 1);
+	round_(f);                              /* home: the close executes, its return */
+	assert_false(fl->live);
+	settle(f);
+	assert_int_equal(fp_evl_conns(f->evl), 0);
+	assert_int_equal(fp_evl_conns(fp_ctx_user(&thief)), 0);
+	f->app.fini(&thief);
+	rt_ctx_fini(&thief);
+}
+
 /* Past max_pending a write is refused whole. */
 static void test_enobufs_over_max_pending(void **state)
 {
@@ -1496,6 +1533,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_thief_runs_one_batch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_steal_returns_go_with_their_flow, setup_steal,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_steal_a_close_behind_its_flows_batch,
+						setup_steal, teardown),
 
 		cmocka_unit_test_setup_teardown(test_write_ref_mixed_with_copies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_moved_conn_carries_only_copied_output, setup,

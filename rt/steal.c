@@ -229,6 +229,11 @@ static void exec_flow_calls(struct fp_ctx *ctx, struct rt_sflow *s,
 			ctx->tops->exec(ctx, c);
 			if (closes(c))
 				s->closed = true;
+			/* short of buffers: no event will say when there are some, so the
+			 * return comes at once and the sendv is offered again (as every
+			 * round without the scheduler), not when the peer next speaks */
+			if (c->type == FP_CALL_SENDV && c->ret == -ENOBUFS)
+				s->prompt = true;
 		}
 		s->rets[s->n_rets++] = *c;
 	}
@@ -238,6 +243,8 @@ static void exec_flow_calls(struct fp_ctx *ctx, struct rt_sflow *s,
 /* Append @n returns to the worker's own, handed up with its next ordinary round. */
 static void rets_to_home(struct fp_ctx *ctx, const struct fp_call *r, unsigned n)
 {
+	if (!n)
+		return;   /* @r may be NULL: a flow that never held a return */
 	rt_reserve((void **)&ctx->rets, &ctx->cap_rets, ctx->n_rets + n, sizeof(*ctx->rets));
 	memcpy(ctx->rets + ctx->n_rets, r, (size_t)n * sizeof(*r));
 	ctx->n_rets += n;
@@ -530,7 +537,13 @@ enum rt_out rt_steal_exec_outside(struct fp_ctx *ctx, struct fp_call *c)
 		if (s->sf.state == FP_SHUF_IDLE) {
 			rt_reserve((void **)&s->rets, &s->cap_rets, s->n_rets + 1, sizeof(*s->rets));
 			s->rets[s->n_rets++] = *c;
-			fp_shuf_kick(ctx->run->sh, &s->sf, ctx->now_us);
+			/* a RECV_DONE's return (always 0) is nobody's news: it rides with the
+			 * flow's next batch, or goes up with its close. So the release of a
+			 * connection (its recv_done, then its CLOSE) finds the flow idle and
+			 * closes at once, not after a batch of its own (which a run that
+			 * stops never gives it) */
+			if (c->type != FP_CALL_RECV_DONE)
+				fp_shuf_kick(ctx->run->sh, &s->sf, ctx->now_us);
 		} else {
 			rt_reserve((void **)&s->later, &s->cap_later, s->n_later + 1,
 				   sizeof(*s->later));

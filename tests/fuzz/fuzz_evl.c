@@ -77,6 +77,20 @@
  *     every open flow is reset (ABORT) with no callback; every datagram is given back and
  *     every pool buffer returned.
  *
+ * --sched steal (bit 7 of the first byte; the next byte's bit 0 sets steal_force, the home
+ * leaving its ready flows to the thief): a second worker, the thief, with its own context
+ * and evl, as rt/steal.c runs them. The established flows' conditions go to the shuffle
+ * layer; op 6 runs the home's round, the thief's (which steals a ready flow; its calls go
+ * home with it), or both, and settling runs both until no flow is queued, running or on
+ * its way home. The contracts above hold, with three differences that are the scheduler's:
+ * what a batch consumed is given back (recv_done) when its calls come home, and an EOF or
+ * DEAD reaches the app when the flow's batch runs, so check_round looks only at flows
+ * with no batch out (fp_flow_busy); and a timer pass's writes behind a sendv whose return
+ * waits with its flow leave when that batch has run, so check_timer_pass is not made.
+ * What it adds: every call naming a connection returns once and after the calls queued
+ * with it (evl asserts one return per call; ASan sees a return reaching a freed one), a
+ * close from an ordinary round or a timer while the flow is out included.
+ *
  * Bytes are taken from the input in an explicit order (never two take8() in one
  * expression), so an input means the same whatever compiles the harness. FUZZ_EVL_TRACE=1
  * prints an input's story.
@@ -177,6 +191,8 @@ struct fz {
 	struct fp_evl_ops ops;
 	struct fp_ctx ctx;
 	struct fp_evl *evl;
+	bool steal;                    /* --sched steal: a thief beside the home */
+	struct fp_ctx thief;
 	uint64_t listen_cookie;
 	bool udp_bound;
 	unsigned udp_out;              /* datagrams handed up, not yet given back */
@@ -499,6 +515,10 @@ static void app_fini(struct fp_evl *evl)
 {
 	struct fz *f = fp_evl_user(evl);
 
+	if (evl != f->evl) {           /* the thief's: connections are the home's */
+		CHECK(f->steal && fp_evl_conns(evl) == 0);
+		return;
+	}
 	CHECK(f->stopping && !f->fini_seen);
 	if (!f->early)
 		CHECK(fp_evl_conns(evl) == 0);
@@ -766,6 +786,8 @@ static void check_round(struct fz *f)
 
 		if (!fl->exists || fl->released)
 			continue;
+		if (f->steal && fp_flow_busy(&f->ctx, fl))
+			continue;   /* a batch out: its recv_done, its EOF come with it */
 		CHECK(fl->done >= u->consumed);
 		if (!fl->end_round || fl->end_round > f->round || u->state != U_LIVE)
 			continue;
@@ -777,6 +799,8 @@ static void check_round(struct fz *f)
 /* After a timer pass: its writes left in that pass, as far as the window let them. */
 static void check_timer_pass(struct fz *f)
 {
+	if (f->steal)
+		return;   /* a write behind a sendv whose return waits with its flow */
 	for (int i = 0; i < f->n_ids; i++) {
 		const struct fp_flow *fl = &f->fl[i];
 
@@ -797,9 +821,24 @@ static unsigned round_(struct fz *f)
 	return n;
 }
 
+/* --sched steal: the thief's round (one stolen batch, its calls sent home). */
+static unsigned thief_round(struct fz *f)
+{
+	TRACE("thief round");
+	return rt_ctx_round(&f->thief);
+}
+
 static bool busy(const struct fz *f)
 {
-	return f->ctx.n_conds || f->ctx.n_rets || f->ctx.n_calls;
+	const struct fp_shuf *sh = f->run.sh;
+
+	if (f->ctx.n_conds || f->ctx.n_rets || f->ctx.n_calls)
+		return true;
+	if (!f->steal)
+		return false;
+	return f->thief.n_conds || f->thief.n_rets || f->thief.n_calls ||
+	       fp_shuf_ready_count(sh, 0) || fp_shuf_ready_count(sh, 1) ||
+	       fp_shuf_has_returns(sh, 0) || fp_shuf_has_returns(sh, 1);
 }
 
 /* Rounds until nothing is left to hand up or execute, then what must hold at rest. */
@@ -810,6 +849,8 @@ static void settle(struct fz *f)
 	while (busy(f)) {
 		CHECK(++n < SETTLE_MAX);
 		round_(f);
+		if (f->steal)
+			thief_round(f);
 	}
 	CHECK(f->udp_out == 0);
 	for (int i = 0; i < f->n_ids; i++) {
@@ -1043,7 +1084,11 @@ static void step(struct fz *f)
 		}
 		break;
 	case 6:
-		round_(f);
+		b = f->steal ? take8(f) % 3 : 0;
+		if (b != 1)
+			round_(f);
+		if (b != 0)
+			thief_round(f);
 		break;
 	case 7:
 		settle(f);
@@ -1063,6 +1108,8 @@ static void step(struct fz *f)
 			for (unsigned i = 0; i < n && can_recv(fl); i++) {
 				push_recv(f, fl, RECV_MAX, false);
 				round_(f);
+				if (f->steal)
+					thief_round(f);
 			}
 		}
 		break;
@@ -1134,6 +1181,8 @@ static void stop_run(struct fz *f)
 	f->stopping = true;
 	f->app.fini(&f->ctx);
 	CHECK(f->fini_seen);
+	if (f->steal)
+		f->app.fini(&f->thief);
 	for (int i = 0; i < f->n_ids; i++) {
 		const struct fp_flow *fl = &f->fl[i];
 
@@ -1183,14 +1232,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	};
 	f->max_pending = f->ops.max_pending ? f->ops.max_pending : 4u << 20;
 	f->early = cfg & 0x40;
+	f->steal = cfg & 0x80;
+	if (f->steal) {
+		f->cfg.n_workers = 2;
+		f->cfg.sched = FP_SCHED_STEAL;
+		f->cfg.steal_force = take8(f) & 1;
+	}
 	fp_evl_app(&f->app, &f->ops, f);
 	f->run.cfg = &f->cfg;
 	f->run.app = &f->app;
 	f->run.wake_fd = -1;
+	CHECK(!f->steal || rt_steal_setup(&f->run) == 0);
 	CHECK(rt_ctx_init(&f->ctx, &f->run, 0, &fake_ops, f, f->now) == 0);
 	fp_timer_init(&f->timer, app_timer);
 	CHECK(f->app.init(&f->ctx, f->app.arg) == 0);
 	rt_ctx_flush(&f->ctx);              /* LISTEN and UDP_BIND; returns go up next round */
+	if (f->steal) {                     /* the thief's evl; its listen is not the test's */
+		struct fp_evl *home = f->evl;
+
+		CHECK(rt_ctx_init(&f->thief, &f->run, 1, &fake_ops, f, f->now) == 0);
+		CHECK(f->app.init(&f->thief, f->app.arg) == 0);
+		f->evl = home;
+		f->thief.n_calls = 0;
+	}
 
 	while (f->left)
 		step(f);
@@ -1200,6 +1264,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	stop_run(f);
 	CHECK(f->ctx.n_calls == 0);
 	rt_ctx_fini(&f->ctx);
+	if (f->steal) {
+		CHECK(f->thief.n_calls == 0);
+		rt_ctx_fini(&f->thief);
+		rt_steal_teardown(&f->run);
+	}
 	for (int i = 0; i < MAXF; i++)
 		free(f->ac[i].w);
 	free(f);

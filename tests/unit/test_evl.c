@@ -41,6 +41,7 @@ struct fp_flow {
 	uint8_t *out;               /* everything sendv took, in order */
 	size_t out_len;
 	unsigned sendvs;
+	unsigned nobufs;            /* sendvs refused with -ENOBUFS before one takes */
 	const uint8_t *ref_lo, *ref_hi; /* sendv pieces from here are counted in ref_iovs */
 	unsigned ref_iovs;
 	struct fp_mbuf *rx[MAX_RX]; /* received, not yet recv_done'd */
@@ -117,6 +118,10 @@ static int64_t fake_sendv(struct fp_flow *fl, const struct iovec *iov, unsigned 
 	size_t took = 0;
 
 	fl->sendvs++;
+	if (fl->nobufs) {
+		fl->nobufs--;
+		return -ENOBUFS;
+	}
 	for (unsigned i = 0; i < n && fl->window; i++) {
 		size_t k = iov[i].iov_len < fl->window ? iov[i].iov_len : fl->window;
 
@@ -846,6 +851,45 @@ static void test_steal_a_close_behind_its_flows_batch(void **state)
 	rt_ctx_fini(&thief);
 }
 
+/*
+ * --sched steal: a sendv refused for want of buffers (-ENOBUFS) in a stolen batch is
+ * offered again at once: its return comes without an event (none would say that buffers
+ * are back), as without the scheduler, where every round offers it again. Before, the
+ * return waited with the flow for the peer's next segment: an answer stayed unsent.
+ */
+static void test_steal_sendv_short_of_buffers_is_retried(void **state)
+{
+	struct fake *f = *state;
+	struct fp_flow *fl = flow_new(f, 1 << 20);
+	struct fp_ctx thief;
+	static uint8_t req[100];
+
+	fill(req, sizeof(req), 23);
+	f->req = sizeof(req);
+	f->echo = true;
+	thief_open(f, &thief);
+	round_(f);                              /* the LISTEN's return */
+	push_knock(f, fl);
+	round_(f);
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* the ACCEPT's return */
+	round_(f);
+	push_recv(f, fl, req, sizeof(req));
+	round_(f);
+	fl->nobufs = 1;
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* the echo: its sendv goes home */
+	round_(f);                              /* refused: its return is the flow's news */
+	assert_int_equal(fl->sendvs, 1);
+	assert_int_equal(fl->out_len, 0);
+	assert_int_equal(fp_shuf_ready_count(f->run.sh, 0), 1);
+	assert_int_equal(rt_ctx_round(&thief), 1);   /* -ENOBUFS: offered again */
+	round_(f);
+	assert_int_equal(fl->sendvs, 2);
+	assert_int_equal(fl->out_len, sizeof(req));
+	assert_memory_equal(fl->out, req, sizeof(req));
+	f->app.fini(&thief);
+	rt_ctx_fini(&thief);
+}
+
 /* Past max_pending a write is refused whole. */
 static void test_enobufs_over_max_pending(void **state)
 {
@@ -1534,6 +1578,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_steal_returns_go_with_their_flow, setup_steal,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_steal_a_close_behind_its_flows_batch,
+						setup_steal, teardown),
+		cmocka_unit_test_setup_teardown(test_steal_sendv_short_of_buffers_is_retried,
 						setup_steal, teardown),
 
 		cmocka_unit_test_setup_teardown(test_write_ref_mixed_with_copies, setup, teardown),

@@ -850,10 +850,9 @@ static bool time_wait_reuse(struct fp_stack *st, struct fp_tcp_conn *c, const st
 
 void tcp_input(struct fp_stack *st, struct fp_mbuf *m, const struct fp_ipv4 *ip)
 {
-	struct tcp_seg s;
+	struct tcp_seg s;   /* every field set by parse() when it succeeds */
 	struct fp_tcp_conn *c, *l;
 
-	memset(&s, 0, sizeof(s));
 	if (parse(st, m, ip, &s)) {
 		net_free(st, m);
 		return;

@@ -41,10 +41,15 @@ struct fp_eth_addr {
 
 static inline bool fp_eth_addr_eq(const struct fp_eth_addr *a, const struct fp_eth_addr *b)
 {
-	for (int i = 0; i < FP_ETH_ALEN; i++)
-		if (a->b[i] != b->b[i])
-			return false;
-	return true;
+	uint32_t a4, b4;
+	uint16_t a2, b2;
+
+	/* two loads a side, not six byte compares (once per received frame) */
+	__builtin_memcpy(&a4, a->b, 4);
+	__builtin_memcpy(&b4, b->b, 4);
+	__builtin_memcpy(&a2, a->b + 4, 2);
+	__builtin_memcpy(&b2, b->b + 4, 2);
+	return ((a4 ^ b4) | (uint32_t)(a2 ^ b2)) == 0;
 }
 
 static inline bool fp_eth_addr_is_multicast(const struct fp_eth_addr *a) { return a->b[0] & 1; }

@@ -23,6 +23,13 @@ def build_dir():
     return d
 
 
+def sanitized(exe):
+    """Whether @exe was built with AddressSanitizer (FP_BUILD_DIR=build/debug): its
+    allocator keeps freed memory in quarantine, so resident memory does not go back."""
+    with open(exe, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 def free_port(host="127.0.0.1"):
     """A port free on @host for both TCP and UDP (a server that binds both gets it)."""
     for _ in range(50):

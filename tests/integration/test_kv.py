@@ -36,7 +36,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, sanitized
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(ROOT / "tools"))
@@ -1430,8 +1430,10 @@ def test_non_reading_clients_are_bounded(fpkv):
                 time.sleep(0.2)
             assert int(c.stats()["response_obj_bytes"]) <= 16384
             rss_after = settle_rss(srv.pid)
-            # given back: within 32 MiB of where it started (malloc keeps some)
-            assert rss_after - rss0 <= 32 * 1024, (rss0, rss_hogs, rss_after)
+            # given back: within 32 MiB of where it started (malloc keeps some; ASan's
+            # allocator keeps what was freed in quarantine: not asked of such a build)
+            if not sanitized(fpkv):
+                assert rss_after - rss0 <= 32 * 1024, (rss0, rss_hogs, rss_after)
         finally:
             for s in hogs:
                 s.close()

@@ -87,9 +87,11 @@
  * DEAD reaches the app when the flow's batch runs, so check_round looks only at flows
  * with no batch out (fp_flow_busy); and a timer pass's writes behind a sendv whose return
  * waits with its flow leave when that batch has run, so check_timer_pass is not made.
- * What it adds: every call naming a connection returns once and after the calls queued
- * with it (evl asserts one return per call; ASan sees a return reaching a freed one), a
- * close from an ordinary round or a timer while the flow is out included.
+ * The fake transport then keeps a released flow's conditions still queued, as the stack's
+ * does (kernel.c forgets them). What it adds: every call naming a connection returns
+ * once and after the calls queued with it (evl asserts one return per call; ASan sees a
+ * return reaching a freed one), a close from an ordinary round or a timer while the flow
+ * is out included; and no condition reaches a connection after its close executed.
  *
  * Bytes are taken from the input in an explicit order (never two take8() in one
  * expression), so an input means the same whatever compiles the harness. FUZZ_EVL_TRACE=1
@@ -411,6 +413,12 @@ static void fake_release(struct fz *f, struct fp_flow *fl, uint16_t type)
 	while (fl->n_held) {
 		fp_mbuf_free(f->cache, fl->held[--fl->n_held]);
 	}
+	/* kernel.c forgets the flow's conditions still queued; the stack's transport
+	 * (rt/worker.c) does not, and under --sched steal a close executed before this
+	 * round's conditions are posted (a batch that came home) leaves them to steal.c,
+	 * which must drop them: modelled so when stealing */
+	if (f->steal)
+		return;
 	for (unsigned i = 0; i < f->ctx.n_conds; i++)
 		if (f->ctx.conds[i].flow != fl)
 			f->ctx.conds[j++] = f->ctx.conds[i];

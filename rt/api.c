@@ -108,6 +108,16 @@ struct fp_cond *rt_cond_push(struct fp_ctx *ctx)
 	return c;
 }
 
+void rt_conds_forget(struct fp_ctx *ctx, const struct fp_flow *f)
+{
+	unsigned j = ctx->conds_batch;
+
+	for (unsigned i = j; i < ctx->n_conds; i++)
+		if (ctx->conds[i].flow != f)
+			ctx->conds[j++] = ctx->conds[i];
+	ctx->n_conds = j;
+}
+
 /*
  * Execute the queued calls in order, in place, and make the array next round's returns
  * (IX overwrites the call array with return codes). A call executed here may queue

@@ -43,7 +43,10 @@ static inline uint64_t rt_cycles(void)
  * instead of a signal (0: sent); NULL on real threads. */
 extern int (*rt_vkick)(unsigned worker);
 
-/* A transport executes calls; conditions it produces go through rt_cond_push(). */
+/* A transport executes calls; conditions it produces go through rt_cond_push(). Its
+ * CLOSE and ABORT forget the flow's conditions still queued (rt_conds_forget): after
+ * either executes, the application hears nothing more of the flow, whatever round or
+ * scheduler step ran the call. */
 struct rt_transport_ops {
 	const char *name;
 	void (*exec)(struct fp_ctx *ctx, struct fp_call *c);   /* run @c, set c->ret */
@@ -279,6 +282,11 @@ void rt_ctx_fini(struct fp_ctx *ctx);
 
 /* A slot for one more condition (the array grows); never NULL. */
 struct fp_cond *rt_cond_push(struct fp_ctx *ctx);
+
+/* @f was closed or reset: drop its conditions queued and not yet handed up, those of a
+ * --flush-us round's batch excepted (the round drops those itself). A RECV's bytes are
+ * the flow's and went with it. */
+void rt_conds_forget(struct fp_ctx *ctx, const struct fp_flow *f);
 
 /*
  * One application round: if there are conditions or returns, call the handler, then

@@ -262,19 +262,6 @@ void kt_accepted(struct kt *kt, struct kt_port *l, int fd, const struct sockaddr
 	c->lport = l->port;
 }
 
-/* Drop conditions queued for @f since the handler last ran (a DEAD pushed by a failed
- * SENDV earlier in this batch): after CLOSE the application hears nothing of the flow.
- * A round in chunks (--flush-us) drops its own batch's itself (rt_ctx_round_chunked). */
-static void kt_conds_forget(struct fp_ctx *ctx, const struct fp_flow *f)
-{
-	unsigned j = ctx->conds_batch;
-
-	for (unsigned i = j; i < ctx->n_conds; i++)
-		if (ctx->conds[i].flow != f)
-			ctx->conds[j++] = ctx->conds[i];
-	ctx->n_conds = j;
-}
-
 /* Close (or with @abort, reset) and release the handle; the memory goes at the end of the
  * round, or once the engine's last completion naming it came, so later calls of the same
  * batch naming it see a closed flow, not freed memory. */
@@ -285,7 +272,7 @@ static void kt_flow_close(struct kt *kt, struct fp_flow *f, bool abort)
 	for (uint32_t i = 0; i < f->n_held; i++)
 		fp_mbuf_free(&kt->cache, kt_held(kt, f, i));
 	f->n_held = f->held_bytes = 0;
-	kt_conds_forget(&kt->ctx, f);
+	rt_conds_forget(&kt->ctx, f);   /* a DEAD a failed SENDV of this batch pushed */
 	f->closed = true;
 	LIST_REMOVE(f, link);
 	if (f->s.ops)

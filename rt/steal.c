@@ -96,11 +96,6 @@ struct rt_steal_wk {
 	struct rt_sflow *running;     /* the flow whose batch the handler runs now */
 	struct fp_cond *conds;        /* a batch's conditions, built for the handler */
 	unsigned cap_conds;
-	struct fp_flow **closed;      /* flows whose CLOSE/ABORT executed since the last
-				       * posting (step 2): their conditions still in the
-				       * worker's array are the transport's last words,
-				       * from before the close, and are dropped */
-	unsigned n_closed, cap_closed;
 	uint64_t stolen_runs, local_runs, remote_calls;
 } fp_aligned_cache;
 
@@ -160,23 +155,6 @@ static void flow_forget(struct rt_steal_wk *w, struct rt_sflow *s)
 	free(s->rets);
 	free(s->later);
 	free(s);
-}
-
-/* @s's CLOSE or ABORT executed: forget it, and drop its conditions the transport queued
- * before that and the round has not posted yet (see rt_steal_round, step 2). */
-static void flow_closed(struct rt_steal_wk *w, struct rt_sflow *s)
-{
-	rt_reserve((void **)&w->closed, &w->cap_closed, w->n_closed + 1, sizeof(*w->closed));
-	w->closed[w->n_closed++] = s->flow;
-	flow_forget(w, s);
-}
-
-static bool closed_before(const struct rt_steal_wk *w, const struct fp_flow *f)
-{
-	for (unsigned i = 0; i < w->n_closed; i++)
-		if (w->closed[i] == f)
-			return true;
-	return false;
 }
 
 /* ---- events ---- */
@@ -300,7 +278,7 @@ static void finish(struct fp_ctx *ctx, struct rt_steal_wk *w, struct rt_sflow *s
 	if (s->closed) {
 		ev_free_list(w, &s->sf.inbox);   /* the transport has let the flow go */
 		rets_to_home(ctx, s->rets, s->n_rets);
-		flow_closed(w, s);
+		flow_forget(w, s);
 		return;
 	}
 	if (!fp_shuf_complete(ctx->run->sh, &s->sf, ctx->now_us) && (later || prompt))
@@ -423,7 +401,10 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 	bool came_home = done > 0;
 	/* 2. conditions of established flows to their flows; a flow KNOCKed in this round is
 	 * not accepted yet (its conditions carry the listener's cookie): they stay with
-	 * the KNOCK, in order, in the ordinary round */
+	 * the KNOCK, in order, in the ordinary round. Those of a flow step 1 closed are gone
+	 * (the transport's close forgets them, rt_conds_forget): posted, they would reach
+	 * a fresh record and a later batch, after the CLOSE's return let the application
+	 * free the cookie they carry */
 	bool knocks = false;
 
 	for (unsigned i = 0; i < ctx->n_conds && !knocks; i++)
@@ -433,20 +414,12 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 		bool flow = flow_cond(c->type) && !(knocks && knocked_now(ctx, i));
 		struct rt_sflow *s;
 
-		/* A flow closed since the last posting (step 1 here, or the last round's
-		 * calls): what the transport queued for it before the close is not the
-		 * application's any more (a plain round never shows it either). Posted, it
-		 * would reach a fresh record and a later batch, after the CLOSE's return has
-		 * let the application free the cookie it carries. */
-		if (flow && w->n_closed && closed_before(w, c->flow))
-			continue;
 		if (flow && (s = flow_get(run, w, me, c->flow)))
 			post(ctx, w, s, c);
 		else
 			ctx->conds[keep++] = *c;
 	}
 	ctx->n_conds = keep;
-	w->n_closed = 0;
 	if (run->alloc_q)   /* --burst: the allocator's congestion signal (alloc.h) */
 		__atomic_store_n(&run->alloc_q[me].put, sh->wk[me].ready.tail, __ATOMIC_RELEASE);
 	/* 3. the rest: an ordinary round */
@@ -592,7 +565,7 @@ enum rt_out rt_steal_exec_outside(struct fp_ctx *ctx, struct fp_call *c)
 		s->closed = true;
 		ev_free_list(w, &s->sf.inbox);
 		rets_to_home(ctx, s->rets, s->n_rets);
-		flow_closed(w, s);
+		flow_forget(w, s);
 		return RT_OUT_DONE;
 	}
 	/* Queued or running: the close waits, and its return goes up after the batch's
@@ -786,7 +759,6 @@ void rt_steal_teardown(struct rt_run *run)
 		}
 		free(w->tab);
 		free(w->conds);
-		free(w->closed);
 	}
 	free(run->swk);
 	run->swk = NULL;

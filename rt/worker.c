@@ -182,8 +182,8 @@ static void rt_exec(struct fp_ctx *ctx, struct fp_call *c)
 	case FP_CALL_SENDV:     c->ret = rt_sendv(w, c); break;
 	case FP_CALL_RECV_DONE: fp_tcp_recv_done(w->st, conn, c->len); break;
 	case FP_CALL_SHUTDOWN:  c->ret = fp_tcp_shutdown(w->st, conn); break;
-	case FP_CALL_CLOSE:     fp_tcp_close(w->st, conn); break;
-	case FP_CALL_ABORT:     fp_tcp_abort(w->st, conn); break;
+	case FP_CALL_CLOSE:     fp_tcp_close(w->st, conn); rt_conds_forget(ctx, c->flow); break;
+	case FP_CALL_ABORT:     fp_tcp_abort(w->st, conn); rt_conds_forget(ctx, c->flow); break;
 	case FP_CALL_UDP_BIND:  c->ret = fp_udp_bind(w->st, c->port, c->cookie); break;
 	case FP_CALL_UDP_SEND:  c->ret = rt_udp_send(w, c); break;
 	case FP_CALL_UDP_DONE:  fp_stack_free(w->st, c->m); break;

@@ -36,9 +36,9 @@
  *   op 11 a datagram on the bound UDP port
  *
  * Never produced, because no transport produces them: a condition after the flow's
- * CLOSE/ABORT executed (a CLOSE also drops the flow's conditions pushed earlier in the
- * same batch, as kernel.c's kt_conds_forget does), RECV or EOF after EOF or DEAD, anything
- * after DEAD or a failed CONNECTED, more bytes than the window. Every SENDV return is
+ * CLOSE/ABORT executed (the close also forgets the flow's conditions queued before it and
+ * not yet handed up: rt_conds_forget, defs.h's contract), RECV or EOF after EOF or DEAD,
+ * anything after DEAD or a failed CONNECTED, more bytes than the window. Every SENDV return is
  * chosen by the input: all, a prefix of any length (0 too), -ENOBUFS, or -EPIPE with a
  * DEAD behind it (kernel.c's failed write); once the input is spent, sendv takes all.
  *
@@ -87,11 +87,10 @@
  * DEAD reaches the app when the flow's batch runs, so check_round looks only at flows
  * with no batch out (fp_flow_busy); and a timer pass's writes behind a sendv whose return
  * waits with its flow leave when that batch has run, so check_timer_pass is not made.
- * The fake transport then keeps a released flow's conditions still queued, as the stack's
- * does (kernel.c forgets them). What it adds: every call naming a connection returns
- * once and after the calls queued with it (evl asserts one return per call; ASan sees a
- * return reaching a freed one), a close from an ordinary round or a timer while the flow
- * is out included; and no condition reaches a connection after its close executed.
+ * What it adds: every call naming a connection returns once and after the calls queued
+ * with it (evl asserts one return per call; ASan sees a return reaching a freed one), a
+ * close from an ordinary round or a timer while the flow is out included; and no
+ * condition reaches a connection after its close executed.
  *
  * Bytes are taken from the input in an explicit order (never two take8() in one
  * expression), so an input means the same whatever compiles the harness. FUZZ_EVL_TRACE=1
@@ -405,24 +404,14 @@ static void check_graceful_close(struct fz *f, const struct fp_flow *fl, uint16_
 /* CLOSE/ABORT: release the flow, free what it holds, forget its queued conditions. */
 static void fake_release(struct fz *f, struct fp_flow *fl, uint16_t type)
 {
-	unsigned j = 0;
-
 	check_graceful_close(f, fl, type);
 	CHECK(!f->stopping || type == FP_CALL_ABORT);   /* a stop resets what is open */
 	fl->released = true;
 	while (fl->n_held) {
 		fp_mbuf_free(f->cache, fl->held[--fl->n_held]);
 	}
-	/* kernel.c forgets the flow's conditions still queued; the stack's transport
-	 * (rt/worker.c) does not, and under --sched steal a close executed before this
-	 * round's conditions are posted (a batch that came home) leaves them to steal.c,
-	 * which must drop them: modelled so when stealing */
-	if (f->steal)
-		return;
-	for (unsigned i = 0; i < f->ctx.n_conds; i++)
-		if (f->ctx.conds[i].flow != fl)
-			f->ctx.conds[j++] = f->ctx.conds[i];
-	f->ctx.n_conds = j;
+	/* as both transports do (defs.h): what is still queued for it is forgotten */
+	rt_conds_forget(&f->ctx, fl);
 }
 
 static void fake_exec(struct fp_ctx *ctx, struct fp_call *c)

@@ -688,6 +688,49 @@ static void test_chunked_round_forgets_a_closed_flow(void **state)
 	rt_ctx_fini(&ctx);
 }
 
+/* A close forgets its flow's conditions queued and not handed up (defs.h: both transports
+ * call this in CLOSE/ABORT), in order, keeping a --flush-us round's batch (the round
+ * drops those itself) and every other flow's. */
+static void test_conds_forget(void **state)
+{
+	struct fp_app app = { .name = "ck", .handle = ck_handle };
+	static const struct rt_transport_ops ops = { .name = "ck", .exec = ck_exec };
+	struct fp_rt_config cfg;
+	struct rt_run run = { 0 };
+	struct fp_ctx ctx;
+	const struct fp_cond q[] = {
+		{ .type = FP_COND_RECV, .flow = CK_A, .len = 1 },   /* the batch's */
+		{ .type = FP_COND_RECV, .flow = CK_B, .len = 2 },   /* the batch's */
+		{ .type = FP_COND_EOF, .flow = CK_A },
+		{ .type = FP_COND_RECV, .flow = CK_C, .len = 3 },
+		{ .type = FP_COND_DEAD, .flow = CK_A },
+		{ .type = FP_COND_EOF, .flow = CK_C },
+	};
+
+	(void)state;
+	fp_rt_config_init(&cfg);
+	run.cfg = &cfg;
+	run.app = &app;
+	assert_int_equal(rt_ctx_init(&ctx, &run, 0, &ops, NULL, 0), 0);
+	memcpy(ctx.conds, q, sizeof(q));
+	ctx.n_conds = 6;
+	ctx.conds_batch = 2;
+	rt_conds_forget(&ctx, CK_A);
+	assert_int_equal(ctx.n_conds, 4);
+	assert_ptr_equal(ctx.conds[0].flow, CK_A);   /* the batch's stays */
+	assert_ptr_equal(ctx.conds[1].flow, CK_B);
+	assert_ptr_equal(ctx.conds[2].flow, CK_C);
+	assert_int_equal(ctx.conds[2].type, FP_COND_RECV);
+	assert_ptr_equal(ctx.conds[3].flow, CK_C);
+	assert_int_equal(ctx.conds[3].type, FP_COND_EOF);
+	ctx.conds_batch = 0;
+	rt_conds_forget(&ctx, CK_A);
+	rt_conds_forget(&ctx, CK_C);
+	assert_int_equal(ctx.n_conds, 1);
+	assert_ptr_equal(ctx.conds[0].flow, CK_B);
+	rt_ctx_fini(&ctx);
+}
+
 static void udp_small_batch(struct fp_rt_config *cfg)
 {
 	cfg->batch = 8;
@@ -1564,6 +1607,7 @@ int main(void)
 		cmocka_unit_test(test_tcp_echo_reordered),
 		cmocka_unit_test(test_tcp_echo_chunked),
 		cmocka_unit_test(test_chunked_round_forgets_a_closed_flow),
+		cmocka_unit_test(test_conds_forget),
 		cmocka_unit_test(test_evl_backpressure),
 		cmocka_unit_test(test_evl_client_stop_resets),
 	};

@@ -45,9 +45,9 @@
  * The application picks per connection, at accept, how it consumes (all, nothing, a
  * prefix chosen by the input, or whole requests of n bytes), and echoes what it consumes
  * the way evl.h asks a server to: when the output refuses the echo, it echoes what fits
- * and consumes only that. Reads may also write extra bytes, close, abort, change policy
- * or ask to read again; accept may refuse, greet, close or abort; closed(0) may write a
- * last message.
+ * and consumes only that. Reads may also write extra bytes, close, abort, change policy,
+ * ask to read again or be interrupted (--notify ipi, below); accept may refuse, greet,
+ * close or abort; closed(0) may write a last message.
  *
  * What is checked, all from evl.h's and api.h's contracts:
  *   - read is shown the flow's bytes in order from where the app consumed up to, what it
@@ -91,6 +91,14 @@
  * with it (evl asserts one return per call; ASan sees a return reaching a freed one), a
  * close from an ordinary round or a timer while the flow is out included; and no
  * condition reaches a connection after its close executed.
+ *
+ * --notify ipi (bit 1 of the steal byte): a read may be interrupted (rt_ipi_deliver, as
+ * ipi.c's signal handler calls it), which does work only inside a flow's batch. On the
+ * home the thief's round may run first, as if on its own core meanwhile, and send a flow
+ * home; the interrupt executes the returned flows' calls it can (rt_steal_irq_returns:
+ * not closes, not when the input says the wire has no room), then, with nothing of the
+ * home's stealable, posts a few RECV or SENT conditions to their flows
+ * (rt_steal_irq_post), the running one's included. The checks above hold throughout.
  *
  * Bytes are taken from the input in an explicit order (never two take8() in one
  * expression), so an input means the same whatever compiles the harness. FUZZ_EVL_TRACE=1
@@ -194,6 +202,9 @@ struct fz {
 	struct fp_evl *evl;
 	bool steal;                    /* --sched steal: a thief beside the home */
 	struct fp_ctx thief;
+	bool ipi;                      /* --notify ipi: the app's reads may be interrupted */
+	bool in_thief;                 /* the thief's round is running */
+	bool in_irq;                   /* an interrupt's work is running */
 	uint64_t listen_cookie;
 	bool udp_bound;
 	unsigned udp_out;              /* datagrams handed up, not yet given back */
@@ -335,6 +346,9 @@ static int64_t fake_sendv(struct fz *f, struct fp_flow *fl, const struct fp_call
 	struct app_conn *u = &f->ac[fl->id];
 	size_t offered = 0, want, took = 0;
 	uint8_t mode = f->drain ? 0 : take8(f) % 8;
+
+	if (f->in_irq && mode == 5)
+		mode = 0;   /* the stack's transport, the one with interrupts, pushes no DEAD */
 
 	CHECK(fl->est && !fl->conn_failed);
 	/* ACCEPT first: a KNOCKed flow's output follows its ACCEPT in the batch. */
@@ -480,8 +494,6 @@ static void fake_exec_traced(struct fp_ctx *ctx, struct fp_call *c)
 	      c->flow ? ((struct fp_flow *)c->flow)->id : -1, c->len, offered, (long long)c->ret);
 }
 
-static const struct rt_transport_ops fake_ops = { .name = "fake", .exec = fake_exec_traced };
-
 /* ---- the application ---- */
 
 static struct app_conn *app_of(struct fp_evl_conn *c)
@@ -616,6 +628,8 @@ static size_t app_echo(struct fz *f, struct app_conn *u, struct fp_evl_conn *c,
 	return 0;
 }
 
+static void interrupt(struct fz *f);
+
 static size_t app_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 {
 	struct fz *f = fz_app(c);
@@ -669,6 +683,9 @@ static size_t app_read(struct fp_evl_conn *c, const uint8_t *data, size_t len)
 		break;
 	case 5:
 		fp_evl_read_again(c);       /* at the end of the round */
+		break;
+	case 6:
+		interrupt(f);
 		break;
 	default:
 		break;
@@ -821,8 +838,13 @@ static unsigned round_(struct fz *f)
 /* --sched steal: the thief's round (one stolen batch, its calls sent home). */
 static unsigned thief_round(struct fz *f)
 {
+	unsigned n;
+
 	TRACE("thief round");
-	return rt_ctx_round(&f->thief);
+	f->in_thief = true;
+	n = rt_ctx_round(&f->thief);
+	f->in_thief = false;
+	return n;
 }
 
 static bool busy(const struct fz *f)
@@ -1014,6 +1036,82 @@ static void push_udp(struct fz *f, uint8_t len)
 	k->raddr = PEER_ADDR;
 	k->rport = 9;
 	k->lport = UDP_PORT;
+}
+
+/* ---- --notify ipi: the fake transport's interrupt (worker.c's rt_irq) ---- */
+
+#define IRQ_ROOM 64   /* conditions and free events one interrupt may use */
+
+static void fake_irq_prepare(struct fp_ctx *ctx)
+{
+	rt_reserve((void **)&ctx->conds, &ctx->cap_conds, ctx->n_conds + IRQ_ROOM,
+		   sizeof(*ctx->conds));
+	rt_steal_irq_prepare(ctx, IRQ_ROOM);
+}
+
+/* Room on the wire for a returned flow's calls, as the input says (mostly yes). */
+static bool fake_irq_fits(struct fp_ctx *ctx, const struct fp_call *calls, unsigned n)
+{
+	(void)calls;
+	(void)n;
+	return fz_of(ctx)->in_irq && (take8(fz_of(ctx)) & 3) != 3;
+}
+
+/* The returned flows' calls; then, on the home with nothing of its own stealable, a few
+ * quiet frames' conditions (RECV, SENT: what fp_stack_quiet_frame lets through) posted to
+ * their flows, those of a flow with no record left for the loop. */
+static void fake_irq(struct fp_ctx *ctx)
+{
+	struct fz *f = fz_of(ctx);
+	struct fp_flow *fl;
+	uint8_t b;
+	uint64_t calls = ctx->stats->ipi_calls, deferred = ctx->stats->ipi_deferred;
+
+	TRACE("  interrupt on worker %u", ctx->worker);
+	f->in_irq = true;
+	rt_steal_irq_returns(ctx);
+	/* distinct branches, so coverage rewards inputs that reach each outcome */
+	if (ctx->stats->ipi_calls != calls)
+		TRACE("  interrupt ran %llu returned calls",
+		      (unsigned long long)(ctx->stats->ipi_calls - calls));
+	if (ctx->stats->ipi_deferred != deferred)
+		TRACE("  interrupt left %llu returned flows to the loop",
+		      (unsigned long long)(ctx->stats->ipi_deferred - deferred));
+	b = take8(f);
+	if (ctx == &f->ctx && !ctx->n_conds && !fp_shuf_ready_count(f->run.sh, 0)) {
+		for (unsigned i = 0; i < b % 4u && ctx->n_conds < IRQ_ROOM / 2; i++) {
+			if (b & 0x80) {
+				if ((fl = pick(f, can_sent)))
+					push_sent(f, fl, take16(f));
+			} else if ((fl = pick(f, can_recv))) {
+				push_recv(f, fl, 1 + take8(f) * 7u, false);
+			}
+		}
+		rt_steal_irq_post(ctx);
+	}
+	f->in_irq = false;
+}
+
+static const struct rt_transport_ops fake_ops = {
+	.name = "fake", .exec = fake_exec_traced,
+	.irq_prepare = fake_irq_prepare, .irq = fake_irq, .irq_fits = fake_irq_fits,
+};
+
+/* --notify ipi: an interrupt while the app reads (it does work only inside a flow's
+ * batch: rt_ipi_deliver). On the home, first, maybe, the thief's round, as if it ran
+ * meanwhile on its own core: it may take a ready flow, run it and send it home, whose
+ * calls the interrupt then executes. The thief is home to no flow. */
+static void interrupt(struct fz *f)
+{
+	if (!f->ipi)
+		return;
+	if (f->in_thief) {
+		rt_ipi_deliver(&f->thief);
+		return;
+	}
+	if (take8(f) & 1)
+		thief_round(f);
+	rt_ipi_deliver(&f->ctx);
 }
 
 /* ---- the script ---- */
@@ -1233,13 +1331,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (f->steal) {
 		f->cfg.n_workers = 2;
 		f->cfg.sched = FP_SCHED_STEAL;
-		f->cfg.steal_force = take8(f) & 1;
+		uint8_t b = take8(f);
+
+		f->cfg.steal_force = b & 1;
+		f->ipi = b & 2;
 	}
 	fp_evl_app(&f->app, &f->ops, f);
 	f->run.cfg = &f->cfg;
 	f->run.app = &f->app;
 	f->run.wake_fd = -1;
 	CHECK(!f->steal || rt_steal_setup(&f->run) == 0);
+	if (f->ipi) {   /* unbound (no thread to signal): interrupts come from interrupt() */
+		f->run.ipi = aligned_alloc(FP_CACHE_LINE, 2 * sizeof(*f->run.ipi));
+		CHECK(f->run.ipi);
+		memset(f->run.ipi, 0, 2 * sizeof(*f->run.ipi));
+	}
 	CHECK(rt_ctx_init(&f->ctx, &f->run, 0, &fake_ops, f, f->now) == 0);
 	fp_timer_init(&f->timer, app_timer);
 	CHECK(f->app.init(&f->ctx, f->app.arg) == 0);
@@ -1265,6 +1371,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(f->thief.n_calls == 0);
 		rt_ctx_fini(&f->thief);
 		rt_steal_teardown(&f->run);
+		free(f->run.ipi);
 	}
 	for (int i = 0; i < MAXF; i++)
 		free(f->ac[i].w);

@@ -306,6 +306,7 @@ struct kv_conn *kv_conn_new(struct kv_proto *p, unsigned w, const struct kv_out 
 	p->ws[c->w].curr_conns++;
 	p->ws[c->w].total_conns++;
 	atomic_init(&c->last_cmd, kv_store_now(p->store));
+	atomic_init(&c->shown, KV_ST_LINE);
 	pthread_mutex_lock(&p->conns_mu);
 	c->id = p->conns_seq++;
 	c->reg_prev = p->conns_tail;
@@ -1101,5 +1102,9 @@ size_t kv_conn_feed(struct kv_conn *c, const uint8_t *data, size_t len)
 	if (c->watching)
 		pos = len;   /* what followed watch in this read means nothing either */
 	c->p->ws[c->w].bytes_read += pos;
+	/* for stats conns on other workers: the state as this read leaves it */
+	uint8_t shown = c->closing ? KV_SHOWN_CLOSING : (uint8_t)c->st;
+	if (atomic_load_explicit(&c->shown, memory_order_relaxed) != shown)
+		atomic_store_explicit(&c->shown, shown, memory_order_relaxed);
 	return pos;
 }

@@ -222,6 +222,7 @@ size_t kv_b64_encode(const uint8_t *src, size_t len, char *out, size_t outlen);
 
 /* The connection as meta.c and stats.c see it. */
 enum kv_cstate { KV_ST_LINE, KV_ST_DATA, KV_ST_SWALLOW };
+#define KV_SHOWN_CLOSING 0xff   /* kv_conn.shown: the connection is ending */
 enum kv_mget { KV_MGET_NONE = 0, KV_MGET_GET, KV_MGET_GETS, KV_MGET_SKIP };
 
 #define KV_REQS_PER_EVENT 20    /* memcached's reqs_per_event: answers leave in batches */
@@ -323,6 +324,8 @@ struct kv_conn {
 	uint32_t raddr;
 	uint16_t rport;
 	_Atomic uint32_t last_cmd;
+	_Atomic uint8_t shown;       /* @st, or KV_SHOWN_CLOSING, as of its last read: what
+				      * another worker's stats conns may read (stats.c) */
 	struct kv_conn *reg_next, *reg_prev;
 	bool watching;               /* a log watcher: its input is ignored (watch.c) */
 };

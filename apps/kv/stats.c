@@ -356,14 +356,15 @@ static void stats_reset(struct kv_proto *p)
  */
 static const char *conn_state(const struct kv_conn *c, const struct kv_conn *self)
 {
-	/* another worker's connection changes state as we read it: a snapshot, as memcached's
-	 * (its conns are read unlocked too) */
+	/* another worker's connection changes state as we read it: the state its last read
+	 * left (kv_conn.shown), a snapshot, as memcached's (its conns are read unlocked too) */
 	if (c == self)
 		return "conn_parse_cmd";
-	switch (c->st) {
+	switch (atomic_load_explicit(&c->shown, memory_order_relaxed)) {
 	case KV_ST_DATA: return "conn_nread";
 	case KV_ST_SWALLOW: return "conn_swallow";
-	default: return c->closing ? "conn_closing" : "conn_read";
+	case KV_SHOWN_CLOSING: return "conn_closing";
+	default: return "conn_read";
 	}
 }
 

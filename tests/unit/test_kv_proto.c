@@ -931,6 +931,44 @@ static void test_watch(void **state)
 	srv_close(&v);
 }
 
+/* stats conns shows another connection's state as its last read left it (kv_conn.shown,
+ * the one field of it another worker reads): reading a value, swallowing one too large,
+ * ending, or between requests. */
+static void test_stats_conns_states(void **state)
+{
+	struct srv v, other = { .room = SIZE_MAX };
+	struct kv_out out = { t_write, t_room, &other, NULL };
+	struct kv_conn *b, *d, *e;
+
+	(void)state;
+	srv_open(&v, 1024, 64u << 20, true, true);
+	b = kv_conn_new(&v.p, 0, &out);
+	d = kv_conn_new(&v.p, 0, &out);
+	e = kv_conn_new(&v.p, 0, &out);
+	assert_non_null(b);
+	assert_non_null(d);
+	assert_non_null(e);
+	assert_int_equal(kv_conn_feed(b, (const uint8_t *)"set k 0 0 10\r\nabc", 18), 18);
+	assert_int_equal(kv_conn_feed(d, (const uint8_t *)"set big 0 0 5000\r\nxy", 21), 21);
+	assert_int_equal(kv_conn_feed(e, (const uint8_t *)"quit\r\n", 6), 6);
+	assert_true(kv_conn_closing(e));
+	FEED(&v, "stats conns\r\n", SPLIT_WHOLE);
+	assert_non_null(strstr(v.out, "STAT 1:state conn_parse_cmd\r\n"));   /* the asker */
+	assert_non_null(strstr(v.out, "STAT 2:state conn_nread\r\n"));
+	assert_non_null(strstr(v.out, "STAT 3:state conn_swallow\r\n"));
+	assert_non_null(strstr(v.out, "STAT 4:state conn_closing\r\n"));
+	/* the value completes: between requests again */
+	assert_int_equal(kv_conn_feed(b, (const uint8_t *)"defghij\r\n", 9), 9);
+	v.olen = 0;
+	FEED(&v, "stats conns\r\n", SPLIT_WHOLE);
+	assert_non_null(strstr(v.out, "STAT 2:state conn_read\r\n"));
+	kv_conn_free(b);
+	kv_conn_free(d);
+	kv_conn_free(e);
+	free(other.out);
+	srv_close(&v);
+}
+
 /* ---- the binary protocol (answers as memcached 1.6.18's: tests/integration/test_kv_binary.py) ---- */
 
 struct bbuf {
@@ -1026,6 +1064,7 @@ int main(void)
 		cmocka_unit_test(test_huge_multiget),
 		cmocka_unit_test(test_binary),
 		cmocka_unit_test(test_watch),
+		cmocka_unit_test(test_stats_conns_states),
 		cmocka_unit_test(test_numbers),
 		cmocka_unit_test(test_tokenize),
 		cmocka_unit_test(test_base64),

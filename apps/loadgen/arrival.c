@@ -110,7 +110,10 @@ int lg_arrival_parse(struct lg_arrival *a, const char *spec, char *err, size_t e
 		a->kind = LG_ARRIVAL_TRACE;
 		return trace_load(a, spec + 6, err, errlen);
 	}
-	snprintf(err, errlen, "arrival '%s': expected poisson, fixed or trace:FILE", spec);
+	char q[LG_QUOTE_MAX + 1];
+
+	snprintf(err, errlen, "arrival '%s': expected poisson, fixed or trace:FILE",
+		 lg_quotable(spec, q, sizeof(q)));
 	return -EINVAL;
 }
 
@@ -257,14 +260,12 @@ static void pattern_set(struct lg_pattern *p, enum lg_pattern_kind kind, const d
 	}
 }
 
-/* @spec as an error message may quote it: at most 60 characters, control ones as '?', so
- * the message stays one line. */
-static const char *quotable(const char *spec, char *buf, size_t len)
+const char *lg_quotable(const char *s, char *buf, size_t len)
 {
 	size_t i = 0;
 
-	for (; spec[i] && i + 1 < len && i < 60; i++)
-		buf[i] = (unsigned char)spec[i] < 0x20 || spec[i] == 0x7f ? '?' : spec[i];
+	for (; s[i] && i + 1 < len && i < LG_QUOTE_MAX; i++)
+		buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
 	buf[i] = '\0';
 	return buf;
 }
@@ -272,7 +273,7 @@ static const char *quotable(const char *spec, char *buf, size_t len)
 int lg_pattern_parse(struct lg_pattern *p, const char *spec, double duration_s, uint64_t seed,
 		     char *err, size_t errlen)
 {
-	char q[64];
+	char q[LG_QUOTE_MAX + 1];
 
 	char buf[256], *f[8] = { NULL };
 	unsigned n = split_fields(spec, buf, sizeof(buf), f, 7);
@@ -289,12 +290,12 @@ int lg_pattern_parse(struct lg_pattern *p, const char *spec, double duration_s, 
 		     !(v[2] > 0 && (v[1] - v[0]) / v[2] <= PATTERN_MAX_STEPS))) {
 			snprintf(err, errlen, "pattern '%s': expected %s (rates >= 0 with k/M, LO <= HI, "
 				 "HI > 0, at most 1e6 steps, times 0.001 to 1e6 s)",
-				 quotable(spec, q, sizeof(q)), pf->usage);
+				 lg_quotable(spec, q, sizeof(q)), pf->usage);
 			return -EINVAL;
 		}
 		if (!(duration_s > 0) || !isfinite(duration_s)) {
 			snprintf(err, errlen, "pattern '%s': needs a positive duration",
-				 quotable(spec, q, sizeof(q)));
+				 lg_quotable(spec, q, sizeof(q)));
 			return -EINVAL;
 		}
 		pattern_set(p, pf->kind, v);
@@ -303,7 +304,7 @@ int lg_pattern_parse(struct lg_pattern *p, const char *spec, double duration_s, 
 		return 0;
 	}
 	snprintf(err, errlen, "pattern '%s': expected slope:LO:HI, step:LO:HI:STEP_RPS:STEP_S[:HOLD_S] "
-		 "or sine:LO:HI:PERIOD_S[:NOISE_RPS[:NOISE_S]]", quotable(spec, q, sizeof(q)));
+		 "or sine:LO:HI:PERIOD_S[:NOISE_RPS[:NOISE_S]]", lg_quotable(spec, q, sizeof(q)));
 	return -EINVAL;
 }
 

@@ -178,7 +178,10 @@ double lg_dist_quantile(const struct lg_dist *d, double u)
 	case LG_DIST_NORMAL: return fmax(0, d->a + d->b * probit(u));
 	case LG_DIST_GEV: return gev_quantile(d->a, d->b, d->c, u);
 	case LG_DIST_GPARETO: return gpareto_quantile(d->a, d->b, d->c, u);
-	case LG_DIST_BIMODAL: return u < d->p ? d->a : d->b;
+	case LG_DIST_BIMODAL:   /* the smaller value first: an inverse CDF never falls */
+		if (d->a <= d->b)
+			return u < d->p ? d->a : d->b;
+		return u < 1 - d->p ? d->b : d->a;
 	case LG_DIST_DISCRETE: return discrete_quantile(d, u);
 	}
 	return 0;
@@ -323,7 +326,10 @@ int lg_dist_service(struct lg_dist *d, const char *kind, double mean_ns, char *e
 	else if (!strcmp(kind, "bimodal2"))
 		d->kind = LG_DIST_BIMODAL, d->p = 0.999, d->a = mean_ns / 2, d->b = 500.5 * mean_ns;
 	else {
-		snprintf(err, errlen, "service time: unknown kind '%s' (fixed, exp, bimodal1, bimodal2)", kind);
+		char q[LG_QUOTE_MAX + 1];
+
+		snprintf(err, errlen, "service time: unknown kind '%s' (fixed, exp, bimodal1, bimodal2)",
+			 lg_quotable(kind, q, sizeof(q)));
 		return -EINVAL;
 	}
 	set_name(d, kind);
@@ -424,6 +430,7 @@ static int parse_form(struct lg_dist *d, const char *spec, bool time, char *err,
 	const char *colon = strchr(spec, ':');
 	size_t klen = colon ? (size_t)(colon - spec) : 0;
 	double args[3] = { 0, 0, 0 };
+	char q[LG_QUOTE_MAX + 1];
 
 	if (!colon)
 		return 1;
@@ -431,7 +438,8 @@ static int parse_form(struct lg_dist *d, const char *spec, bool time, char *err,
 		const char *s = colon + 1;
 		char kind[9];
 		if (parse_number(&s, time, true, &args[0]) || *s) {
-			snprintf(err, errlen, "distribution '%s': expected %.8s:MEAN", spec, spec);
+			snprintf(err, errlen, "distribution '%s': expected %.8s:MEAN",
+				 lg_quotable(spec, q, sizeof(q)), spec);
 			return -EINVAL;
 		}
 		snprintf(kind, sizeof(kind), "%.8s", spec);
@@ -442,7 +450,8 @@ static int parse_form(struct lg_dist *d, const char *spec, bool time, char *err,
 		if (strlen(f->name) != klen || strncmp(spec, f->name, klen))
 			continue;
 		if (parse_args(colon + 1, f->units, time, args)) {
-			snprintf(err, errlen, "distribution '%s': expected %s", spec, f->usage);
+			snprintf(err, errlen, "distribution '%s': expected %s",
+				 lg_quotable(spec, q, sizeof(q)), f->usage);
 			return -EINVAL;
 		}
 		set_form(d, f->kind, args);
@@ -454,6 +463,7 @@ static int parse_form(struct lg_dist *d, const char *spec, bool time, char *err,
 int lg_dist_parse(struct lg_dist *d, const char *spec, bool time, char *err, size_t errlen)
 {
 	const char *s = spec;
+	char q[LG_QUOTE_MAX + 1];
 	int rc;
 
 	memset(d, 0, sizeof(*d));
@@ -470,13 +480,13 @@ int lg_dist_parse(struct lg_dist *d, const char *spec, bool time, char *err, siz
 		if (rc > 0) {
 			snprintf(err, errlen, "distribution '%s': unknown (fixed:V, uniform:A,B, exp:MEAN, "
 				 "normal:MEAN,SD, gev:L,S,K, gpareto:L,S,K, bimodal:P,A,B, fb_key, fb_value, fb_ia)",
-				 spec);
+				 lg_quotable(spec, q, sizeof(q)));
 			return -EINVAL;
 		}
 	}
 	const char *why = dist_check(d);
 	if (why) {
-		snprintf(err, errlen, "distribution '%s': %s", spec, why);
+		snprintf(err, errlen, "distribution '%s': %s", lg_quotable(spec, q, sizeof(q)), why);
 		return -EINVAL;
 	}
 	set_name(d, spec);

@@ -169,6 +169,11 @@ int lg_pattern_parse(struct lg_pattern *p, const char *spec, double duration_s, 
 		     char *err, size_t errlen);
 double lg_pattern_rate(const struct lg_pattern *p, double t_s);
 
+/* @s as an error message may quote it: its first LG_QUOTE_MAX characters, control ones
+ * as '?', so the message stays one line; in @buf (len LG_QUOTE_MAX + 1 takes them all). */
+#define LG_QUOTE_MAX 60
+const char *lg_quotable(const char *s, char *buf, size_t len);
+
 /* Parse a rate with an optional k/M suffix ("250k", "1.5M", "1000"): a finite number
  * >= 0 (0 is accepted: callers that need a positive rate check). 0 or -EINVAL. */
 int lg_parse_rate(const char *s, double *out);

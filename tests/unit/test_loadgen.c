@@ -118,6 +118,10 @@ static void test_dist_parse(void **state)
 	}
 	assert_int_equal(lg_dist_parse(&d, "fixed:1xs", true, err, sizeof(err)), -EINVAL);
 	assert_int_equal(lg_dist_parse(&d, "gev:1,2,0.1us", true, err, sizeof(err)), -EINVAL);
+	/* what the spec holds is quoted on one line (found by fuzz_lg_spec) */
+	assert_int_equal(lg_dist_parse(&d, "exp:1\nrm -rf", true, err, sizeof(err)), -EINVAL);
+	assert_null(strchr(err, '\n'));
+	assert_non_null(strstr(err, "'exp:1?rm -rf'"));
 }
 
 /* Sample @n draws: their mean against lg_dist_mean within @tol, and the empirical CDF
@@ -180,6 +184,12 @@ static void test_dist_kinds(void **state)
 	}
 	d = parse_ok("gpareto:0,1,-0.25", false);
 	assert_close(lg_dist_max(&d), 4, 1e-12, "bounded gpareto max");
+	/* a bimodal whose first value is the larger: the quantile still never falls, the
+	 * smaller value below 1 - P (found by fuzz_lg_spec) */
+	d = parse_ok("bimodal:0.9,55,5", false);
+	assert_close(lg_dist_quantile(&d, 0.05), 5, 0, "bimodal, larger first: low");
+	assert_close(lg_dist_quantile(&d, 0.5), 55, 0, "bimodal, larger first: high");
+	check_dist("bimodal:0.9,55,5", 400000, 0.15);
 }
 
 /* mutilate's Facebook fits: medians, means and ranges from scipy. */

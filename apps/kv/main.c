@@ -42,7 +42,8 @@ static const char usage[] =
 	"  -L, --enable-largepages    touch all item memory at startup\n"
 	"  -C, --disable-cas          disable CAS\n"
 	"  -F, --disable-flush-all    disable the flush_all command\n"
-	"  -o, --extended=LIST        hashpower=N (others are accepted and ignored)\n"
+	"  -o, --extended=LIST        hashpower=N; memcached 1.6's other suboptions are accepted\n"
+	"                             without effect (said at start), any other word refused\n"
 	"  -u, --user=USER            accepted for compatibility (no privilege drop)\n"
 	"  -R, --max-reqs-per-event=N accepted for compatibility (answers go out per 20)\n"
 	"      --style=events|threads how the server is written: event callbacks (default),\n"
@@ -134,25 +135,69 @@ static double parse_factor(const char *val)
 }
 
 /* -o: a comma separated list; hashpower=N is used, the rest of memcached's is ignored. */
+/*
+ * memcached 1.6.18's -o suboptions (its subopts_tokens, as Debian's build accepts them),
+ * which fp-kv takes without effect but hashpower: a memcached command line runs as it is,
+ * and what is ignored is said once at start. Anything else is memcached's "Illegal
+ * suboption", a typo caught.
+ */
+static const char *const mc_subopts[] = {
+	"maxconns_fast", "no_maxconns_fast", "hashpower", "no_hashexpand", "slab_reassign",
+	"no_slab_reassign", "slab_automove", "no_slab_automove", "slab_automove_ratio",
+	"slab_automove_window", "slab_automove_freeratio", "tail_repair_time", "hash_algorithm",
+	"lru_crawler", "no_lru_crawler", "lru_crawler_sleep", "lru_crawler_tocrawl",
+	"lru_maintainer", "no_lru_maintainer", "hot_lru_pct", "warm_lru_pct", "hot_max_factor",
+	"warm_max_factor", "temporary_ttl", "idle_timeout", "watcher_logbuf_size",
+	"worker_logbuf_size", "slab_sizes", "slab_chunk_max", "track_sizes",
+	"inline_ascii_resp", "no_inline_ascii_resp", "modern", "no_modern", "no_chunked_items",
+	"drop_privileges", "no_drop_privileges", "read_buf_mem_limit", "resp_obj_mem_limit",
+	"sock_cookie_id", "ext_path", "ext_page_size", "ext_wbuf_size", "ext_threads",
+	"ext_io_depth", "ext_item_size", "ext_item_age", "ext_low_ttl", "ext_recache_rate",
+	"ext_compact_under", "ext_drop_under", "ext_max_frag", "ext_max_sleep",
+	"ext_drop_unread", "ssl_chain_cert", "ssl_key", "ssl_keyformat", "ssl_verify_mode",
+	"ssl_ciphers", "ssl_ca_cert", "ssl_wbuf_size", "ssl_session_cache", "ssl_kernel_tls",
+	"ssl_min_version",
+};
+
+static bool mc_subopt(const char *name, size_t n)
+{
+	for (size_t i = 0; i < sizeof(mc_subopts) / sizeof(mc_subopts[0]); i++)
+		if (strlen(mc_subopts[i]) == n && !strncmp(mc_subopts[i], name, n))
+			return true;
+	return false;
+}
+
 static void parse_extended(struct kv_main *m, const char *val)
 {
 	const char *p = val;
+	char ignored[512] = "";
+	size_t len = 0;
 
 	while (*p) {
-		size_t n = strcspn(p, ",");
+		size_t n = strcspn(p, ","), name = strcspn(p, "=,");
 
-		if (n > 10 && !strncmp(p, "hashpower=", 10)) {
+		if (name == 9 && !strncmp(p, "hashpower", 9)) {
 			char num[16];
 
-			if (n - 10 >= sizeof(num))
-				usage_error("-o hashpower: '%.*s' is not 12..32", (int)n, p);
+			if (n == 9 || n - 10 >= sizeof(num))
+				usage_error("-o hashpower: '%.*s' is not hashpower=N, N in 12..32",
+					    (int)n, p);
 			memcpy(num, p + 10, n - 10);
 			num[n - 10] = '\0';
 			m->s.store.hashpower = (unsigned)parse_u64("-o hashpower", num, 12, 32);
 			m->s.set.hashpower_init = m->s.store.hashpower;
+		} else if (mc_subopt(p, name)) {
+			if (len + name + 3 < sizeof(ignored))
+				len += (size_t)snprintf(ignored + len, sizeof(ignored) - len, "%s%.*s",
+							len ? ", " : "", (int)name, p);
+		} else if (n) {
+			usage_error("-o: illegal suboption \"%.*s\" (fp-kv honours hashpower=N and "
+				    "accepts memcached 1.6's others without effect)", (int)name, p);
 		}
 		p += n + (p[n] == ',');
 	}
+	if (len)
+		fprintf(stderr, "fp-kv: -o: memcached's %s: accepted, no effect here\n", ignored);
 }
 
 static void defaults(struct kv_main *m)

@@ -598,6 +598,27 @@ def compare_clients(ref, got, what):
     assert not bad, f"fp-kv ({what}) fails what memcached passes:\n" + "\n".join(bad)
 
 
+def test_extended_options_as_memcached_takes_them(fpkv, memcached):
+    """-o: hashpower=N is honoured; memcached 1.6's other suboptions run (a memcached
+    command line works as it is) with one line at start naming what has no effect; a word
+    memcached does not know is refused as memcached refuses it, with exit status 2."""
+    for exe, code in ((fpkv, 2), (memcached, 1)):
+        r = subprocess.run([exe, "-U", "0", "-o", "modern,lru_crawlr"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == code and 'suboption "lru_crawlr"' in r.stderr.lower(), \
+            (exe, r.returncode, r.stderr)
+    r = subprocess.run([fpkv, "-o", "hashpower"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "hashpower=N" in r.stderr
+    flags = ["-t", "1", "-o", "hashpower=14,modern,slab_chunk_max=512,no_lru_crawler"]
+    with Started(fpkv_kernel(fpkv), flags) as srv:
+        c = Conn(srv.host, srv.port)
+        assert c.stats(b"settings")["hashpower_init"] == "14"
+        c.close()
+        line = [x for x in srv.stderr().splitlines() if x.startswith("fp-kv: -o:")]
+    assert line == ["fp-kv: -o: memcached's modern, slab_chunk_max, no_lru_crawler: "
+                    "accepted, no effect here"], line
+
+
 def test_clients_kernel(fpkv, memccapable, reference_clients):
     with Started(fpkv_kernel(fpkv), ["-m", "64", "-t", "1"]) as srv:
         got = (pymemcache_results(srv.host, srv.port),

@@ -134,7 +134,6 @@ static double parse_factor(const char *val)
 	return f;
 }
 
-/* -o: a comma separated list; hashpower=N is used, the rest of memcached's is ignored. */
 /*
  * memcached 1.6.18's -o suboptions (its subopts_tokens, as Debian's build accepts them),
  * which fp-kv takes without effect but hashpower: a memcached command line runs as it is,

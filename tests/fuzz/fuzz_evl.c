@@ -847,17 +847,16 @@ static unsigned thief_round(struct fz *f)
 	return n;
 }
 
+/* What a worker's loop would run a round for (worker.c's rt_app_pass): the scheduler's
+ * own predicate, so a flow an interrupt left to the loop (deferred) counts too. */
 static bool busy(const struct fz *f)
 {
-	const struct fp_shuf *sh = f->run.sh;
-
 	if (f->ctx.n_conds || f->ctx.n_rets || f->ctx.n_calls)
 		return true;
 	if (!f->steal)
 		return false;
 	return f->thief.n_conds || f->thief.n_rets || f->thief.n_calls ||
-	       fp_shuf_ready_count(sh, 0) || fp_shuf_ready_count(sh, 1) ||
-	       fp_shuf_has_returns(sh, 0) || fp_shuf_has_returns(sh, 1);
+	       rt_steal_pending(&f->ctx) || rt_steal_pending(&f->thief);
 }
 
 /* Rounds until nothing is left to hand up or execute, then what must hold at rest. */

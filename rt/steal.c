@@ -411,10 +411,10 @@ unsigned rt_steal_round(struct fp_ctx *ctx)
 		knocks = ctx->conds[i].type == FP_COND_KNOCK;
 	for (unsigned i = 0; i < ctx->n_conds; i++) {
 		struct fp_cond *c = &ctx->conds[i];
-		bool flow = flow_cond(c->type) && !(knocks && knocked_now(ctx, i));
-		struct rt_sflow *s;
+		struct rt_sflow *s = flow_cond(c->type) && !(knocks && knocked_now(ctx, i)) ?
+				     flow_get(run, w, me, c->flow) : NULL;
 
-		if (flow && (s = flow_get(run, w, me, c->flow)))
+		if (s)
 			post(ctx, w, s, c);
 		else
 			ctx->conds[keep++] = *c;

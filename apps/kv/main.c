@@ -135,13 +135,13 @@ static double parse_factor(const char *val)
 }
 
 /*
- * memcached 1.6.18's -o suboptions (its subopts_tokens, as Debian's build accepts them),
- * which fp-kv takes without effect but hashpower: a memcached command line runs as it is,
+ * memcached 1.6.18's -o suboptions but hashpower (its subopts_tokens, as Debian's build
+ * accepts them), which fp-kv takes without effect: a memcached command line runs as it is,
  * and what is ignored is said once at start. Anything else is memcached's "Illegal
  * suboption", a typo caught.
  */
 static const char *const mc_subopts[] = {
-	"maxconns_fast", "no_maxconns_fast", "hashpower", "no_hashexpand", "slab_reassign",
+	"maxconns_fast", "no_maxconns_fast", "no_hashexpand", "slab_reassign",
 	"no_slab_reassign", "slab_automove", "no_slab_automove", "slab_automove_ratio",
 	"slab_automove_window", "slab_automove_freeratio", "tail_repair_time", "hash_algorithm",
 	"lru_crawler", "no_lru_crawler", "lru_crawler_sleep", "lru_crawler_tocrawl",

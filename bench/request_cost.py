@@ -22,6 +22,12 @@ message received). --apps echo-steal,kv-steal: the event servers on their one wo
 --sched steal, every batch through the shuffle layer (nobody to steal it): that layer's
 cost per request.
 
+The server runs with --flush-us 0 unless told otherwise (see --flush-us): the runtime's
+default chunks a round by time, and under callgrind's ~30x slowdown those chunks would
+hold one request each, each followed by its own transmit burst, which natively they do
+not; each table says how the window's rounds went (extra handler calls and mid-round
+sends a request) and, with --native-ref, how the same server's went natively.
+
 Writes DIR/request_cost.json and DIR/request_cost.md (default results/request_cost/).
 """
 import argparse
@@ -157,8 +163,10 @@ def one(app, a, build, tmp):
     sock = os.path.join(tmp, f"{app}.sock")
     m = "--vdev=net_memif0,role={},socket=" + sock + ",socket-abstract=no"
     copy = ["--dpdk-copy", "yes"] if a.dpdk_copy else []
-    srv_rt = ["--cores", "0", "--idle", "poll", "--stats", "none", "--dpdk", m.format("server"),
-              "--ip", "10.99.0.1/24", *copy]
+    stats = f"rc-{os.getpid()}-{app}"
+    flush = ["--flush-us", a.flush_us] if a.flush_us != "server" and "steal" not in app else []
+    srv_rt = ["--cores", "0", "--idle", "poll", "--stats", stats, "--dpdk", m.format("server"),
+              "--ip", "10.99.0.1/24", *copy, *flush]
     cli_rt = ["--cores", "1", "--stats", "none", "--dpdk", m.format("client"),
               "--ip", "10.99.0.2/24", *copy]
     run_s = a.settle + a.window + 4
@@ -177,6 +185,9 @@ def one(app, a, build, tmp):
         cli = [str(build / "apps" / "loadgen" / "fp-loadgen"), "--server", "10.99.0.1",
                "--workload", "usr", "--conns", str(a.conns), "--closed", "1", "--duration",
                str(run_s), "--warmup", "0", "--idle", "poll", "--quiet", *cli_rt]
+    native = None
+    if a.native_ref:
+        native = native_rounds(app, a, srv, cli, stats, run_s)
     out = os.path.join(tmp, f"{app}.cg")
     vg = ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--dump-instr=no",
           f"--callgrind-out-file={out}", *srv]
@@ -186,8 +197,10 @@ def one(app, a, build, tmp):
         cp = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(a.settle)
         control("-z", sp.pid)
+        s0 = totals(build, stats)
         time.sleep(a.window)
         control("-d", sp.pid)
+        s1 = totals(build, stats)
         if cp.poll() is not None:
             raise SystemExit(f"request_cost: {app}: the client ended before the window did: "
                              f"{cp.stderr.read()[-600:]}")
@@ -219,13 +232,63 @@ def one(app, a, build, tmp):
         where = os.path.basename(f) if f and f != "???" else os.path.basename(o)
         short = f"{fn} ({where})"
         fns[short] = fns.get(short, 0) + ir
+    rounds = rounds_of(s0, s1, n)
     rx_calls = max((v for k, v in calls.items() if "recv_pkts" in k or k.endswith("rx_burst")
                     and "memif" in k), default=0)
     return {"app": app, "requests": n, "instructions": total, "per_request": total / n,
             "layers": {k: v / n for k, v in sorted(layers.items(), key=lambda kv: -kv[1])},
             "top": [(k, v / n, calls.get(k.split(" (")[0], 0) / n)
                     for k, v in sorted(fns.items(), key=lambda kv: -kv[1])[:a.top]],
-            "rx_polls": rx_calls, "requests_per_poll": n / rx_calls if rx_calls else None}
+            "rx_polls": rx_calls, "requests_per_poll": n / rx_calls if rx_calls else None,
+            "rounds": rounds, "native_rounds": native}
+
+
+def totals(build, name):
+    """The server's counters now (fp-stats --totals), summed over its workers."""
+    r = subprocess.run([str(build / "tools" / "fp-stats"), "--name", name, "--totals"],
+                       capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise SystemExit(f"request_cost: fp-stats --name {name} failed: {r.stderr.strip()}")
+    ws = json.loads(r.stdout)["workers"]
+    keys = ("conds", "calls", "tx_frames", "rx_frames", "flush_chunks", "flush_sends")
+    return {k: sum(w.get(k, 0) for w in ws) for k in keys}
+
+
+def rounds_of(s0, s1, n):
+    """How the server's rounds went in the window, per request: the handler's calls beyond
+    one a round (chunks), the sends mid-round, frames each way."""
+    d = {k: s1[k] - s0[k] for k in s0}
+    return {"chunks_per_request": d["flush_chunks"] / n, "sends_per_request": d["flush_sends"] / n,
+            "tx_frames_per_request": d["tx_frames"] / n, "rx_frames_per_request": d["rx_frames"] / n,
+            "conds_per_request": d["conds"] / n}
+
+
+def native_rounds(app, a, srv, cli, stats, run_s):
+    """The same server and client run natively for the same window: how its rounds went
+    (callgrind slows the server ~30x, which changes what --flush-us's time-based chunks
+    hold). Requests are counted by the server's conditions a request (from the callgrind
+    run would be circular), so only the ratios to conditions are reported."""
+    sp = subprocess.Popen(srv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_line(sp, r"^flowplane: ", 60)
+        cp = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(a.settle)
+        s0 = totals(pathlib.Path(a.build), stats)
+        time.sleep(a.window)
+        s1 = totals(pathlib.Path(a.build), stats)
+        cp.terminate()
+        cp.wait(timeout=run_s + 60)
+    finally:
+        sp.terminate()
+        try:
+            sp.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            sp.kill()
+            sp.wait()
+    d = {k: s1[k] - s0[k] for k in s0}
+    c = d["conds"] or 1
+    return {"chunks_per_cond": d["flush_chunks"] / c, "sends_per_cond": d["flush_sends"] / c,
+            "tx_frames_per_cond": d["tx_frames"] / c, "conds": d["conds"]}
 
 
 def table(r):
@@ -238,6 +301,16 @@ def table(r):
     for k, v in r["layers"].items():
         lines.append(f"| {k} | {v:,.0f} |")
     lines.append(f"| **total** | **{r['per_request']:,.0f}** |")
+    ro, nat = r.get("rounds"), r.get("native_rounds")
+    if ro:
+        per_cond = ro["conds_per_request"] or 1
+        lines += ["", f"Rounds in the window: {ro['chunks_per_request']:.2f} extra handler calls "
+                  f"(--flush-us chunks) and {ro['sends_per_request']:.2f} mid-round sends a "
+                  f"request, {ro['conds_per_request']:.2f} conditions a request"
+                  + (f"; natively, the same server and client: "
+                     f"{nat['chunks_per_cond'] * per_cond:.2f} chunks and "
+                     f"{nat['sends_per_cond'] * per_cond:.2f} mid-round sends a request"
+                     if nat else "") + "."]
     lines += ["", "Largest functions (self cost per request):", "",
               "| function (file of the code) | instructions | calls |", "|---|---|---|"]
     for k, v, c in r["top"]:
@@ -259,6 +332,15 @@ def main():
                     "(default 64)")
     ap.add_argument("--dpdk-copy", action="store_true", help="both ends with --dpdk-copy yes "
                     "(frames copied to and from DPDK's own mbufs, as before zero-copy)")
+    ap.add_argument("--flush-us", default="0", help="the server's --flush-us, or 'server' "
+                    "for its own default (10 on dpdk). Default 0: under callgrind a request "
+                    "takes ~30x its native time, so the default's time-based chunks would "
+                    "hold one request each and send after each, where natively a round of "
+                    "16 is one or two chunks and one send (--native-ref shows it); 0 is one "
+                    "handler call and one send a round (the steal apps take none)")
+    ap.add_argument("--native-ref", action="store_true", help="first run each server "
+                    "natively for the same window and report how its rounds went, beside "
+                    "callgrind's")
     ap.add_argument("--top", type=int, default=20, help="functions listed (default 20)")
     ap.add_argument("--keep", action="store_true", help="keep each callgrind dump in --out "
                     "(APP.callgrind, for callgrind_annotate)")
@@ -267,6 +349,8 @@ def main():
     a = ap.parse_args()
     if a.size < 1:
         ap.error("--size takes a positive number of bytes")
+    if a.flush_us != "server" and not (a.flush_us.isdigit() and int(a.flush_us) <= 1000000):
+        ap.error("--flush-us takes microseconds (0-1000000) or 'server'")
     apps = [x for x in a.apps.split(",") if x]
     if not apps or any(x not in MARKER for x in apps):
         ap.error(f"--apps takes a comma-separated list of {', '.join(MARKER)}")

@@ -29,7 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 from netns import Topo, stop_process  # noqa: E402
 sys.path.insert(0, str(ROOT / "bench"))
-from benchlib import med, parse_builds, ratio_cell, start  # noqa: E402
+from benchlib import fp_totals, med, parse_builds, ratio_cell, start  # noqa: E402
 
 BACKENDS = ["memif", "xdp", "dpdk-af_packet", "dpdk-af_xdp", "memif-copy",
             "dpdk-af_packet-copy"]
@@ -63,10 +63,11 @@ def cpu_s(pid):
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one(kind, topo, exe, duration, tmp, conns=16, size=64):
+def one(kind, topo, exe, duration, tmp, conns=16, size=64, native=False):
     sock = os.path.join(tmp, f"{kind}.sock")
     sargs, cargs, addr, in_ns = server_client_args(kind, topo, sock)
-    srv_cmd = [exe, "server", "--cores", "0", "--idle", "poll", "--stats", "none", *sargs]
+    stats = f"be-{os.getpid()}"
+    srv_cmd = [exe, "server", *(["--native"] if native else []), "--cores", "0", "--idle", "poll", "--stats", stats, *sargs]
     out = os.path.join(tmp, "r.json")
     cli_cmd = [exe, "client", "--server", addr, "--cores", "1", "--idle", "poll", "--stats",
                "none", "--conns", str(conns), "--size", str(size), "--rounds", "0", "--duration",
@@ -76,10 +77,10 @@ def one(kind, topo, exe, duration, tmp, conns=16, size=64):
         time.sleep(2)
         if srv.poll() is not None:
             raise SystemExit(f"backend_echo: {kind}: server exited: {srv.stderr.read()[-400:]}")
-        c0 = cpu_s(srv.pid)
+        c0, w0 = cpu_s(srv.pid), busy(exe, stats)
         cli = start(topo, topo.cli_ns if in_ns else None, cli_cmd)
         _, err = cli.communicate(timeout=duration + 60)
-        c1 = cpu_s(srv.pid)
+        c1, w1 = cpu_s(srv.pid), busy(exe, stats)
         if cli.returncode != 0:
             raise SystemExit(f"backend_echo: {kind}: client failed: {err[-400:]}")
         r = json.load(open(out))
@@ -87,7 +88,20 @@ def one(kind, topo, exe, duration, tmp, conns=16, size=64):
         stop_process(srv)
     return {"backend": kind, "conns": conns, "size": size, "msgs_per_s": r["msgs_per_s"],
             "rtt_p50_us": r["rtt_us"]["p50"], "rtt_p99_us": r["rtt_us"]["p99"],
-            "errors": r["errors"], "server_cpu": (c1 - c0) / (duration + 1)}
+            "errors": r["errors"], "server_cpu": (c1 - c0) / (duration + 1),
+            "busy_cycles_per_msg": (w1[0] - w0[0]) / max(1, w1[1] - w0[1]), "tsc_hz": w1[2]}
+
+
+def busy(exe, name):
+    """The server worker's busy TSC cycles (loop rounds that found work: IX's cycles per
+    message at load, over the messages) and conditions (one RECV a message) so far."""
+    build = pathlib.Path(exe).resolve().parent.parent.parent
+    try:
+        rec = fp_totals(build, name, whole=True)
+    except RuntimeError as e:
+        raise SystemExit(f"backend_echo: fp-stats --name {name}: {e}")
+    ws = rec["workers"]
+    return sum(w["busy_cycles"] for w in ws), sum(w["conds"] for w in ws), rec["tsc_hz"]
 
 
 def positive_list(ap, flag, text):
@@ -115,6 +129,8 @@ def main():
                     help="the build directory, or LABEL=DIR,LABEL=DIR: builds interleaved in "
                     "each round (before and after a change), the ratio of the last to the "
                     "first reported per round")
+    ap.add_argument("--native", action="store_true", help="the server on the native API "
+                    "(fp-echo server --native) instead of the event callbacks")
     ap.add_argument("--out", default=str(ROOT / "results" / "backend_echo"))
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -137,17 +153,20 @@ def main():
                             print(f"backend_echo: round {rnd + 1}/{a.rounds}: {kind}, {nc} "
                                   f"connection(s), {size} B" + (f" ({label})" if label else ""),
                                   file=sys.stderr, flush=True)
-                            r = one(kind, topo, exe, a.duration, tmp, nc, size)
+                            r = one(kind, topo, exe, a.duration, tmp, nc, size, a.native)
                             r["round"], r["build"] = rnd + 1, label
                             runs.append(r)
     cmd = "sudo .venv/bin/python bench/backend_echo.py " + " ".join(sys.argv[1:])
     (out / "backend_echo.json").write_text(json.dumps({"command": cmd.strip(), "runs": runs},
                                                       indent=1))
     lines = [f"backend_echo, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
-             f"`{cmd.strip()}`; fp-echo, one in flight per connection, one core each, both "
-             "polling; median (min-max)", "",
+             f"`{cmd.strip()}`; fp-echo{' (server --native)' if a.native else ''}, one in "
+             "flight per connection, one core each, both polling; server busy cycles a message: "
+             "the TSC cycles of the server's loop rounds that found work, over its RECV "
+             "conditions (one a message); median (min-max)", "",
              "| backend | connections | bytes | messages/s | RTT p50 µs | RTT p99 µs | "
-             "server CPU | errors |", "|---|---|---|---|---|---|---|---|"]
+             "server CPU | server busy cycles a message | errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for kind, nc, size, (label, _) in [(k, n, z, b) for k in kinds for n in conns
                                        for z in sizes for b in builds]:
         rs = [r for r in runs if r["backend"] == kind and r["build"] == label
@@ -158,6 +177,7 @@ def main():
                      f"{med([r['rtt_p50_us'] for r in rs], '{:.1f}')} | "
                      f"{med([r['rtt_p99_us'] for r in rs], '{:.1f}')} | "
                      f"{med([100 * r['server_cpu'] for r in rs], '{:.0f}%')} | "
+                     f"{med([r['busy_cycles_per_msg'] for r in rs if 'busy_cycles_per_msg' in r], '{:,.0f}')} | "
                      f"{sum(r['errors'] for r in rs)} |")
     if len(builds) > 1:
         first, last = builds[0][0], builds[-1][0]

@@ -22,14 +22,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-def fp_totals(build, name):
+def fp_totals(build, name, whole=False):
     """`fp-stats --name NAME --totals`: the workers' records of a run's statistics segment
-    (a list, one per worker); RuntimeError when fp-stats cannot read it (yet)."""
+    (a list, one per worker), or with @whole the whole record (tsc_hz and the rest beside
+    "workers"); RuntimeError when fp-stats cannot read it (yet)."""
     r = subprocess.run([str(build / "tools" / "fp-stats"), "--name", name, "--totals"],
                        capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(r.stderr.strip())
-    return json.loads(r.stdout.strip().splitlines()[-1])["workers"]
+    rec = json.loads(r.stdout.strip().splitlines()[-1])
+    return rec if whole else rec["workers"]
 
 
 def start_with_stats(argv, build, name, who, ready=None, limit_s=20):

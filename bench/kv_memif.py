@@ -58,14 +58,14 @@ def one(path, topo, build, a, tmp, fp_flags=()):
         if srv.poll() is not None:
             raise SystemExit(f"kv_memif: {path}: fp-kv exited: {srv.stderr.read()[-400:]}")
         load = ["--sweep", a.sweep] if a.sweep else ["--closed", str(a.closed)]
-        steal0, stalls0 = steal_ms(), server_stalls(build, stats)
+        steal0, stalls0, busy0 = steal_ms(), server_stalls(build, stats), server_busy(build, stats)
         cli = start(topo, cns, [lg, "--server", addr, "--workload", "usr", "--conns", "64",
                                 *load, "--duration", str(a.duration),
                                 "--warmup", "1", "--cores", "1", "--idle", "poll", "--stats",
                                 "none", "--quiet",
                                 "--json", out, *cli_rt])
         _, err = cli.communicate(timeout=a.duration * 20 + 120)
-        steal1, stalls1 = steal_ms(), server_stalls(build, stats)
+        steal1, stalls1, busy1 = steal_ms(), server_stalls(build, stats), server_busy(build, stats)
         if cli.returncode != 0:
             raise SystemExit(f"kv_memif: {path}: fp-loadgen failed: {err[-400:]}")
         res = json.load(open(out))
@@ -85,7 +85,8 @@ def one(path, topo, build, a, tmp, fp_flags=()):
     return {"path": path, **pts[0], "points": pts,
             "server_stalls": stalls1[0] - stalls0[0],
             "server_stall_ms": (stalls1[1] - stalls0[1]) / 1e6,
-            "steal_ms": [b - a for a, b in zip(steal0, steal1)]}
+            "steal_ms": [b - a for a, b in zip(steal0, steal1)],
+            "busy_cycles_per_req": (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])}
 
 
 def per_round_max(p):
@@ -107,6 +108,16 @@ def server_stalls(build, name):
     except RuntimeError:
         return (0, 0)   # not up yet: counted from zero
     return (sum(x["stalls"] for x in w), sum(x["stall_ns"] for x in w))
+
+
+def server_busy(build, name):
+    """(busy TSC cycles, commands) of the fp-kv named @name so far: its loop rounds that
+    found work, and its app_ops (memcached's commands, one a GET)."""
+    try:
+        w = fp_totals(build, name)
+    except RuntimeError:
+        return (0, 0)
+    return (sum(x["busy_cycles"] for x in w), sum(x["app_ops"] for x in w))
 
 
 def main():
@@ -172,14 +183,18 @@ def main():
     else:
         lines = [f"kv_memif, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: "
                  f"`{cmd.strip()}`; fp-kv and fp-loadgen (USR, 64 connections x {a.closed} in "
-                 "flight, closed loop), one core each; median (min-max)", "",
-                 "| path | requests/s | p50 µs | p99 µs | timeouts |", "|---|---|---|---|---|"]
+                 "flight, closed loop), one core each; server busy cycles a request: the TSC "
+                 "cycles of fp-kv's loop rounds that found work, over its commands (warm-up "
+                 "included); median (min-max)", "",
+                 "| path | requests/s | p50 µs | p99 µs | server busy cycles a request | "
+                 "timeouts |", "|---|---|---|---|---|---|"]
         for path, (label, *_) in [(p, b) for p in PATHS for b in builds]:
             rs = [r for r in runs if r["path"] == path and r["build"] == label]
             name = f"{path} ({label})" if label else path
             lines.append(f"| {name} | {med([r['achieved_rps'] for r in rs], '{:,.0f}')} | "
                          f"{med([r['p50_us'] for r in rs], '{:.0f}')} | "
                          f"{med([r['p99_us'] for r in rs], '{:.0f}')} | "
+                         f"{med([r.get('busy_cycles_per_req', 0) for r in rs], '{:,.0f}')} | "
                          f"{sum(r['timeouts'] for r in rs)} |")
         if len(builds) > 1:   # the last variant against the first, per round
             first, last = builds[0][0], builds[-1][0]

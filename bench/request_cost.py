@@ -43,6 +43,8 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from benchlib import fp_totals  # noqa: E402
 
 # (layer, test on (object, file, function)); the first that matches wins.
 LAYERS = [
@@ -245,11 +247,10 @@ def one(app, a, build, tmp):
 
 def totals(build, name):
     """The server's counters now (fp-stats --totals), summed over its workers."""
-    r = subprocess.run([str(build / "tools" / "fp-stats"), "--name", name, "--totals"],
-                       capture_output=True, text=True, timeout=30)
-    if r.returncode != 0:
-        raise SystemExit(f"request_cost: fp-stats --name {name} failed: {r.stderr.strip()}")
-    ws = json.loads(r.stdout)["workers"]
+    try:
+        ws = fp_totals(build, name)
+    except RuntimeError as e:
+        raise SystemExit(f"request_cost: fp-stats --name {name}: {e}")
     keys = ("conds", "calls", "tx_frames", "rx_frames", "flush_chunks", "flush_sends")
     return {k: sum(w.get(k, 0) for w in ws) for k in keys}
 

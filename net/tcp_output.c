@@ -26,6 +26,8 @@ uint32_t tcp_rcv_window(const struct fp_stack *st, const struct fp_tcp_conn *c)
 	uint32_t mask = ~((1u << c->rcv_wscale) - 1); /* what the scaled field says exactly */
 	uint32_t full = min_u32(buf, (uint32_t)65535 << c->rcv_wscale) & mask;
 
+	if (!used)   /* the common case between requests: w is full, which SWS lets through */
+		return full > cur ? full : cur;
 	w = min_u32(w, full) & mask;
 	if (w <= cur)
 		return cur;
@@ -163,6 +165,20 @@ static uint16_t window_field(const struct fp_stack *st, struct fp_tcp_conn *c, b
  * and ARP output (with the byte-order helpers' rewrite, a segment's emission fell from
  * ~530 to ~380 instructions: docs/results.md, issue 21). Consumes @m.
  */
+/* The 32-bit words at @p, @n of them (a constant once inlined: unrolled), summed in 64 bits
+ * unfolded: a piece of a one's complement sum (RFC 1071 §2: fold once, at the end). */
+static inline uint64_t words_sum(const uint8_t *p, unsigned n)
+{
+	uint64_t s = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t w;
+		__builtin_memcpy(&w, p + 4 * i, 4);
+		s += w;
+	}
+	return s;
+}
+
 static int emit_fast(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf *m,
 		     uint32_t seq, uint8_t flags, uint16_t wnd, uint32_t psum,
 		     const struct fp_eth_addr *mac)
@@ -177,9 +193,9 @@ static int emit_fast(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf 
 		net_free(st, m);
 		return -EMSGSIZE;
 	}
-	uint8_t *th = f + FP_ETH_HDR_LEN + FP_IPV4_HDR_LEN;
+	uint8_t *ip = f + FP_ETH_HDR_LEN, *th = ip + FP_IPV4_HDR_LEN;
 	fp_eth_emit(f, FP_ETH_HDR_LEN, mac, &st->cfg.mac, FP_ETH_TYPE_IPV4);
-	ipv4_hdr(st, f + FP_ETH_HDR_LEN, c->raddr, FP_IPPROTO_TCP, l4);
+	ipv4_hdr(st, ip, c->raddr, FP_IPPROTO_TCP, l4);
 	fp_tcp_put_hdr(th, c->lport, c->rport, seq, (flags & FP_TCP_ACK) ? c->rcv_nxt : 0, hl, flags,
 		       wnd, 0);
 	if (ts) {
@@ -188,8 +204,17 @@ static int emit_fast(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf 
 		fp_put_be32(th + 24, tcp_ts_now(c, st->now_us));
 		fp_put_be32(th + 28, c->ts_recent);
 	}
-	uint32_t sum = fp_csum_combine(ts ? fp_csum_words(th, 8) : fp_csum_words(th, 5), psum, hl);
-	fp_tcp_set_csum(th, sum, st->cfg.ipv4, c->raddr, l4);
+	/* The TCP checksum in one 64-bit sum: the header's words, the payload's running sum
+	 * (at an even offset: hl is), and the pseudo-header (RFC 9293 §3.1): the addresses as
+	 * the IPv4 header above holds them, then zero, protocol and the segment's length. */
+	uint8_t tail[4] = { 0, FP_IPPROTO_TCP, (uint8_t)(l4 >> 8), (uint8_t)l4 };
+	uint64_t sum = (uint64_t)psum + words_sum(ip + 12, 2) + words_sum(tail, 1) +
+		       (ts ? words_sum(th, 8) : words_sum(th, 5));
+
+	sum = (sum & 0xffffffffu) + (sum >> 32);
+	sum = (sum & 0xffffffffu) + (sum >> 32);
+	uint16_t ck = fp_csum_fold((uint32_t)sum);
+	__builtin_memcpy(th + 16, &ck, 2);
 	NET_STAT_INC(st, tcp_tx_segs);
 	return net_tx_frame(st, m);
 }

@@ -165,20 +165,6 @@ static uint16_t window_field(const struct fp_stack *st, struct fp_tcp_conn *c, b
  * and ARP output (with the byte-order helpers' rewrite, a segment's emission fell from
  * ~530 to ~380 instructions: docs/results.md, issue 21). Consumes @m.
  */
-/* The 32-bit words at @p, @n of them (a constant once inlined: unrolled), summed in 64 bits
- * unfolded: a piece of a one's complement sum (RFC 1071 §2: fold once, at the end). */
-static inline uint64_t words_sum(const uint8_t *p, unsigned n)
-{
-	uint64_t s = 0;
-
-	for (unsigned i = 0; i < n; i++) {
-		uint32_t w;
-		__builtin_memcpy(&w, p + 4 * i, 4);
-		s += w;
-	}
-	return s;
-}
-
 static int emit_fast(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf *m,
 		     uint32_t seq, uint8_t flags, uint16_t wnd, uint32_t psum,
 		     const struct fp_eth_addr *mac)
@@ -208,8 +194,8 @@ static int emit_fast(struct fp_stack *st, struct fp_tcp_conn *c, struct fp_mbuf 
 	 * (at an even offset: hl is), and the pseudo-header (RFC 9293 §3.1): the addresses as
 	 * the IPv4 header above holds them, then zero, protocol and the segment's length. */
 	uint8_t tail[4] = { 0, FP_IPPROTO_TCP, (uint8_t)(l4 >> 8), (uint8_t)l4 };
-	uint64_t sum = (uint64_t)psum + words_sum(ip + 12, 2) + words_sum(tail, 1) +
-		       (ts ? words_sum(th, 8) : words_sum(th, 5));
+	uint64_t sum = (uint64_t)psum + fp_csum_words64(ip + 12, 2) + fp_csum_words64(tail, 1) +
+		       (ts ? fp_csum_words64(th, 8) : fp_csum_words64(th, 5));
 
 	sum = (sum & 0xffffffffu) + (sum >> 32);
 	sum = (sum & 0xffffffffu) + (sum >> 32);

@@ -29,9 +29,10 @@ static inline uint16_t fp_csum(const void *buf, size_t len)
 	return fp_csum_fold(fp_csum_partial(buf, len, 0));
 }
 
-/* fp_csum_partial() of @n 32-bit words at @buf, inline: the words added in 64 bits, no
- * call. For headers, where @n is a constant once inlined. */
-static inline uint32_t fp_csum_words(const void *buf, unsigned n)
+/* The @n 32-bit words at @buf added in 64 bits, not folded: a piece of a running sum that
+ * other pieces join before one fold (RFC 1071 §2). Inline; unrolled where @n is a
+ * constant. */
+static inline uint64_t fp_csum_words64(const void *buf, unsigned n)
 {
 	const uint8_t *p = buf;
 	uint64_t s = 0;
@@ -41,6 +42,15 @@ static inline uint32_t fp_csum_words(const void *buf, unsigned n)
 		__builtin_memcpy(&w, p + 4 * i, 4);
 		s += w;
 	}
+	return s;
+}
+
+/* fp_csum_partial() of @n 32-bit words at @buf, inline: the words added in 64 bits, no
+ * call. For headers, where @n is a constant once inlined. */
+static inline uint32_t fp_csum_words(const void *buf, unsigned n)
+{
+	uint64_t s = fp_csum_words64(buf, n);
+
 	s = (s & 0xffffffffu) + (s >> 32);
 	s = (s & 0xffffffffu) + (s >> 32);
 	return (uint32_t)s;

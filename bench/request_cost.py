@@ -155,6 +155,16 @@ def wait_line(proc, pattern, timeout):
     raise SystemExit(f"request_cost: server not up after {timeout} s:\n{''.join(seen)[-800:]}")
 
 
+def stop(p):
+    """End process @p: SIGTERM, then SIGKILL after 30 s."""
+    p.terminate()
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
 def control(what, pid):
     r = subprocess.run(["callgrind_control", what, str(pid)], capture_output=True, text=True)
     if r.returncode != 0:
@@ -191,7 +201,7 @@ def one(app, a, build, tmp):
     if a.native_ref:
         # natively with the server's own --flush-us: what the callgrind run stands for
         own = [x for i, x in enumerate(srv) if not (x == "--flush-us" or i and srv[i - 1] == "--flush-us")]
-        native = native_rounds(app, a, own, cli, stats, run_s)
+        native = native_rounds(a, own, cli, stats)
     out = os.path.join(tmp, f"{app}.cg")
     vg = ["valgrind", "--tool=callgrind", "--fair-sched=yes", "--dump-instr=no",
           f"--callgrind-out-file={out}", *srv]
@@ -212,12 +222,7 @@ def one(app, a, build, tmp):
         if cp.returncode != 0:
             raise SystemExit(f"request_cost: {app}: client failed: {err[-600:]}")
     finally:
-        sp.terminate()
-        try:
-            sp.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            sp.kill()
-            sp.wait()
+        stop(sp)
     dumps = sorted(pathlib.Path(tmp).glob(f"{app}.cg.*"), key=lambda p: p.stat().st_mtime)
     dumps = [d for d in dumps if re.search(r"\.cg\.\d+$", str(d))]
     if not dumps:
@@ -266,12 +271,13 @@ def rounds_of(s0, s1, n):
             "conds_per_request": d["conds"] / n}
 
 
-def native_rounds(app, a, srv, cli, stats, run_s):
+def native_rounds(a, srv, cli, stats):
     """The same server and client run natively for the same window: how its rounds went
     (callgrind slows the server ~30x, which changes what --flush-us's time-based chunks
     hold). Requests are counted by the server's conditions a request (from the callgrind
     run would be circular), so only the ratios to conditions are reported."""
     sp = subprocess.Popen(srv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cp = None
     try:
         wait_line(sp, r"^flowplane: ", 60)
         cp = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -279,15 +285,10 @@ def native_rounds(app, a, srv, cli, stats, run_s):
         s0 = totals(pathlib.Path(a.build), stats)
         time.sleep(a.window)
         s1 = totals(pathlib.Path(a.build), stats)
-        cp.terminate()
-        cp.wait(timeout=run_s + 60)
     finally:
-        sp.terminate()
-        try:
-            sp.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            sp.kill()
-            sp.wait()
+        for p in (cp, sp):
+            if p:
+                stop(p)
     d = {k: s1[k] - s0[k] for k in s0}
     c = d["conds"] or 1
     return {"chunks_per_cond": d["flush_chunks"] / c, "sends_per_cond": d["flush_sends"] / c,
